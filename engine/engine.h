@@ -1,0 +1,75 @@
+/* engine/engine.h — the engine seam: one forward step over a flat batch.
+ *
+ * The engine knows nothing about requests. Each step it receives a flat batch
+ * that mixes prefill chunks and single decode tokens of many sequences, reads
+ * and writes the paged KV pool it owns, and returns logits for the rows that
+ * need them. It is driven by one thread at a time (the engine thread); the
+ * CPU backend fans each step out over its own worker pool.
+ *
+ * KV pool: n_kv_blocks blocks of block_size token slots, per layer, for K and
+ * V. A token's KV slot is block_id * block_size + offset. Which blocks belong
+ * to which sequence is decided by batching/ (the only owner of block
+ * allocation); the engine just reads the block tables it is given.
+ *
+ * A backend is a small vtable (engine/backend.h): alloc_kv, forward, sample,
+ * free; CPU (kernels/cpu) always, CUDA (kernels/cuda) where built.
+ */
+#ifndef AORTA_ENGINE_ENGINE_H
+#define AORTA_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/model.h"
+
+struct engine_opts {
+	int n_threads;		  /* CPU worker threads; 0 = one per core */
+	int block_size;		  /* tokens per KV block (default 16) */
+	int n_kv_blocks;	  /* blocks in the pool */
+	enum dtype kv_dtype;	  /* DT_F32 or DT_F16 on CPU */
+	enum dtype quantization;  /* DT_F32 = keep the file's dtypes; DT_I8 or DT_F8_E4M3 */
+	int max_batch_tokens;	  /* most rows in one step (sizes the activations) */
+	int max_seqs;		  /* most sequences in one step */
+	int max_blocks_per_seq;	  /* block table width; ceil(max_model_len / block_size) */
+};
+
+/* One step. Rows are grouped by sequence: sequence s owns rows
+ * [seq_start[s], seq_start[s+1]). All arrays are borrowed for the call. */
+struct engine_batch {
+	int n_tokens;		     /* rows in this step */
+	const int32_t *tokens;	     /* [n_tokens] token ids */
+	const int32_t *positions;    /* [n_tokens] position of each token in its sequence */
+	const int32_t *slot_mapping; /* [n_tokens] KV slot where each new token's K/V goes */
+	int n_seqs;
+	const int32_t *seq_start;    /* [n_seqs + 1] row offsets */
+	const int32_t *context_len;  /* [n_seqs] tokens in KV after this step (cached + new) */
+	const int32_t *block_tables; /* [n_seqs * max_blocks_per_seq] block ids, row per sequence */
+	int max_blocks_per_seq;	     /* row stride of block_tables */
+	int n_logits;		     /* rows that need logits */
+	const int32_t *logits_rows;  /* [n_logits] row indices, ascending */
+};
+
+struct engine;
+
+/* Build an engine for m (borrowed: it must outlive the engine), allocating the
+ * KV pool and activation buffers. Weights may be converted here
+ * (opts->quantization). */
+int engine_create(const struct model *m, const struct engine_opts *opts, struct engine **out,
+		  struct diag *d);
+void engine_destroy(struct engine *e);
+
+/* Run one step. logits: [n_logits, vocab] floats, written in logits_rows order.
+ * Returns ERR_INVAL for a batch that breaks the rules above (bad ids, slots,
+ * positions, sizes), never touching memory out of range. */
+int engine_forward(struct engine *e, const struct engine_batch *b, float *logits);
+
+/* Copy whole KV blocks src[i] -> dst[i] in every layer (copy-on-write for n > 1). */
+int engine_copy_blocks(struct engine *e, const int32_t *src, const int32_t *dst, int n);
+
+/* Bytes one KV block takes across all layers (K and V), for sizing the pool
+ * from a memory budget. */
+size_t engine_kv_block_bytes(const struct model_config *cfg, int block_size, enum dtype kv_dtype);
+
+#endif

@@ -99,10 +99,10 @@ int log_format(char *out, int cap, bool json, enum log_level level, const char *
 	clock_gettime(CLOCK_REALTIME, &ts);
 	struct tm tm;
 	gmtime_r(&ts.tv_sec, &tm);
-	char stamp[40];
+	char stamp[64];
 	snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
 		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-		 ts.tv_nsec / 1000000);
+		 (long)((unsigned long)ts.tv_nsec / 1000000u) % 1000);
 	int pos = 0;
 	if (json) {
 		char head[160];

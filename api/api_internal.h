@@ -1,0 +1,60 @@
+/* api/api_internal.h — helpers shared by the api/ source files; not part of
+ * the public interface (the server includes api/api.h only). Names carry the
+ * double-underscore prefix of internal symbols.
+ */
+#ifndef AORTA_API_API_INTERNAL_H
+#define AORTA_API_API_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/api.h"
+
+/* One parse: where allocations go and where the error is reported. */
+struct api__jp {
+	const struct api_limits *lim;
+	struct arena *a;
+	struct api_error *err;
+};
+
+/* 400 invalid_request_error naming param; returns ERR_INVAL. */
+int api__bad(struct api__jp *p, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Same, with an explicit ERR_* (ERR_RANGE for out-of-range values). */
+int api__bad_code(struct api__jp *p, int err, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Check body bytes (UTF-8, no NUL / "\u0000", depth), parse, require an
+ * object. *root is freed by the caller with cJSON_Delete. */
+int api__parse_root(const char *body, size_t len, const struct api_limits *lim,
+		    struct api_error *err, cJSON **root);
+/* The UTF-8 / depth scan alone (exposed for tests of the helper). */
+int api__prescan(const char *body, size_t len, int max_depth, struct api_error *err);
+/* Is s[0..len) valid UTF-8 (no surrogates, no overlongs, <= U+10FFFF)? */
+bool api__utf8_valid(const char *s, size_t len);
+
+/* Member `key` of obj. Missing or JSON null -> *item = NULL, returns 0.
+ * A key that occurs twice -> 400 "duplicate field". param names the member
+ * in error messages ("stream_options.include_usage"). */
+int api__member(struct api__jp *p, const cJSON *obj, const char *key, const char *param,
+		const cJSON **item);
+
+/* Typed conversions of a present item; wrong type -> 400 naming param and
+ * the expected type. */
+int api__to_bool(struct api__jp *p, const cJSON *it, const char *param, bool *out);
+int api__to_double(struct api__jp *p, const cJSON *it, const char *param, double *out);
+/* An integer in [lo, hi] (a JSON number with no fraction). */
+int api__to_int(struct api__jp *p, const cJSON *it, const char *param, int64_t lo, int64_t hi,
+		int64_t *out);
+/* A string, copied into the arena. */
+int api__to_string(struct api__jp *p, const cJSON *it, const char *param, char **out,
+		   size_t *len);
+
+/* Shortest text that reads back as the same double / float; non-finite
+ * values are written as `null` (JSON has no inf/nan). */
+int api__json_double(struct buf *out, double v);
+int api__json_float(struct buf *out, float v);
+
+#endif

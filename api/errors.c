@@ -1,0 +1,153 @@
+/* api/errors.c — the one place where ERR_* codes become HTTP statuses, the
+ * canned errors the server sends (401, 404, 405, 413, 429, 503) and the
+ * OpenAI error body {"error":{"message","type","param","code"}}.
+ * Tests: tests/api/test_api_render.c.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+#include "common/err.h"
+
+int api_status_for_err(int err)
+{
+	switch (err) {
+	case 0:
+		return 200;
+	case ERR_INVAL:
+	case ERR_FORMAT:
+	case ERR_RANGE:
+	case ERR_OVERFLOW:
+	case ERR_UNSUPPORTED:
+		return 400;
+	case ERR_NOTFOUND:
+		return 404;
+	case ERR_TOO_LARGE:
+		return 413;
+	case ERR_FULL:
+		return 429;
+	case ERR_STATE:
+	case ERR_CANCELLED:
+	case ERR_NOMEM:
+		return 503;
+	default: /* IO, INTERNAL, DEVICE, unknown */
+		return 500;
+	}
+}
+
+static const char *type_for_status(int status)
+{
+	switch (status) {
+	case 401:
+		return "authentication_error";
+	case 404:
+		return "not_found_error";
+	case 429:
+		return "rate_limit_error";
+	case 503:
+		return "service_unavailable_error";
+	default:
+		return status >= 500 ? "server_error" : "invalid_request_error";
+	}
+}
+
+static void vset(struct api_error *e, int status, const char *type, const char *param,
+		 const char *code, const char *fmt, va_list ap)
+{
+	e->status = status;
+	e->type = type ? type : type_for_status(status);
+	e->code = code;
+	e->retry_after_s = 0;
+	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+	vsnprintf(e->message, sizeof e->message, fmt, ap);
+}
+
+int api_error_set(struct api_error *e, int err, int status, const char *type, const char *param,
+		  const char *code, const char *fmt, ...)
+{
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		vset(e, status, type, param, code, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+int api_error_from_err(struct api_error *e, int err, const char *param, const char *fmt, ...)
+{
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		vset(e, api_status_for_err(err), NULL, param, NULL, fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+void api_error_unauthorized(struct api_error *e)
+{
+	api_error_set(e, ERR_INVAL, 401, "authentication_error", NULL, "invalid_api_key",
+		      "Missing or invalid API key. Send 'Authorization: Bearer <key>'.");
+}
+
+void api_error_not_found(struct api_error *e, const char *path)
+{
+	api_error_set(e, ERR_NOTFOUND, 404, NULL, NULL, "not_found", "No route for '%.200s'.",
+		      path ? path : "");
+}
+
+void api_error_model_not_found(struct api_error *e, const char *model)
+{
+	api_error_set(e, ERR_NOTFOUND, 404, NULL, "model", "model_not_found",
+		      "The model '%.200s' does not exist.", model ? model : "");
+}
+
+void api_error_method_not_allowed(struct api_error *e, const char *method)
+{
+	api_error_set(e, ERR_INVAL, 405, "invalid_request_error", NULL, "method_not_allowed",
+		      "Method '%.32s' is not allowed for this route.", method ? method : "");
+}
+
+void api_error_too_large(struct api_error *e, uint64_t max_bytes)
+{
+	api_error_set(e, ERR_TOO_LARGE, 413, "invalid_request_error", NULL, "request_too_large",
+		      "The request body is larger than the limit of %" PRIu64 " bytes.",
+		      max_bytes);
+}
+
+void api_error_queue_full(struct api_error *e, int retry_after_s)
+{
+	api_error_set(e, ERR_FULL, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+		      "The server's request queue is full; retry later.");
+	e->retry_after_s = retry_after_s;
+}
+
+void api_error_unavailable(struct api_error *e, const char *why, int retry_after_s)
+{
+	api_error_set(e, ERR_STATE, 503, "service_unavailable_error", NULL, "service_unavailable",
+		      "The server is not accepting requests: %.200s.", why ? why : "unavailable");
+	e->retry_after_s = retry_after_s;
+}
+
+int api_render_error(struct buf *out, const struct api_error *e)
+{
+	int rc = buf_append_str(out, "{\"error\":{\"message\":");
+	rc = rc ? rc : api_json_string(out, e->message, strlen(e->message));
+	rc = rc ? rc : buf_append_str(out, ",\"type\":");
+	const char *type = e->type ? e->type : type_for_status(e->status);
+	rc = rc ? rc : api_json_string(out, type, strlen(type));
+	rc = rc ? rc : buf_append_str(out, ",\"param\":");
+	if (!rc && e->param[0])
+		rc = api_json_string(out, e->param, strlen(e->param));
+	else if (!rc)
+		rc = buf_append_str(out, "null");
+	rc = rc ? rc : buf_append_str(out, ",\"code\":");
+	if (!rc && e->code)
+		rc = api_json_string(out, e->code, strlen(e->code));
+	else if (!rc)
+		rc = buf_append_str(out, "null");
+	return rc ? rc : buf_append_str(out, "}}");
+}

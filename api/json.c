@@ -1,0 +1,360 @@
+/* api/json.c — the JSON layer under the request parsers and renderers: a
+ * pre-scan of raw bodies (UTF-8, NUL escapes, nesting depth) before cJSON
+ * sees them, member lookup with duplicate detection, typed conversions that
+ * name the field on error, and JSON string / number writers that always emit
+ * valid JSON. Tests: tests/api/test_api_parse.c, tests/api/test_api_render.c.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+#include "common/checked.h"
+#include "common/err.h"
+
+static int vbad(struct api__jp *p, int code, const char *param, const char *fmt, va_list ap)
+{
+	struct api_error *e = p->err;
+	if (!e)
+		return code;
+	e->status = 400;
+	e->type = "invalid_request_error";
+	e->code = NULL;
+	e->retry_after_s = 0;
+	snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+	vsnprintf(e->message, sizeof e->message, fmt, ap);
+	return code;
+}
+
+int api__bad(struct api__jp *p, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vbad(p, ERR_INVAL, param, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int api__bad_code(struct api__jp *p, int err, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vbad(p, err, param, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), 0 if invalid.
+ * Follows RFC 3629 table 3-7: exact second-byte ranges exclude overlongs,
+ * surrogates and values above U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	if (c < 0x80)
+		return 1;
+	size_t len;
+	unsigned char lo = 0x80, hi = 0xBF;
+	if (c >= 0xC2 && c <= 0xDF) {
+		len = 2;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		len = 3;
+		if (c == 0xE0)
+			lo = 0xA0;
+		else if (c == 0xED)
+			hi = 0x9F;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		len = 4;
+		if (c == 0xF0)
+			lo = 0x90;
+		else if (c == 0xF4)
+			hi = 0x8F;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xBF)
+			return 0;
+	return len;
+}
+
+bool api__utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+	while (i < len) {
+		size_t k = utf8_seq(u + i, len - i);
+		if (!k)
+			return false;
+		i += k;
+	}
+	return true;
+}
+
+int api__prescan(const char *body, size_t len, int max_depth, struct api_error *err)
+{
+	struct api__jp p = {.err = err};
+	const unsigned char *u = (const unsigned char *)body;
+	bool in_str = false;
+	int depth = 0;
+	size_t i = 0;
+	while (i < len) {
+		unsigned char c = u[i];
+		if (c == 0)
+			return api__bad_code(&p, ERR_FORMAT, NULL,
+					     "invalid JSON: NUL byte at offset %zu", i);
+		if (c >= 0x80) {
+			size_t k = utf8_seq(u + i, len - i);
+			if (!k)
+				return api__bad_code(&p, ERR_FORMAT, NULL,
+						     "request body is not valid UTF-8 (offset %zu)",
+						     i);
+			i += k;
+			continue;
+		}
+		if (in_str) {
+			if (c == '"') {
+				in_str = false;
+			} else if (c == '\\' && i + 1 < len) {
+				/* cJSON would cut the string at an escaped NUL; refuse it
+				 * rather than act on a silently shortened value. */
+				if (u[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4))
+					return api__bad_code(&p, ERR_FORMAT, NULL,
+							     "strings must not contain \\u0000");
+				i += 2;
+				continue;
+			}
+		} else if (c == '"') {
+			in_str = true;
+		} else if (c == '{' || c == '[') {
+			if (++depth > max_depth)
+				return api__bad_code(&p, ERR_FORMAT, NULL,
+						     "JSON nested deeper than %d levels",
+						     max_depth);
+		} else if (c == '}' || c == ']') {
+			depth--;
+		}
+		i++;
+	}
+	return 0;
+}
+
+int api__parse_root(const char *body, size_t len, const struct api_limits *lim,
+		    struct api_error *err, cJSON **root)
+{
+	struct api__jp p = {.lim = lim, .err = err};
+	*root = NULL;
+	if (!body && len)
+		return api__bad_code(&p, ERR_INVAL, NULL, "no request body");
+	int rc = api__prescan(body, len, lim->max_depth, err);
+	if (rc)
+		return rc;
+	/* cJSON wants a NUL-terminated buffer it may read one byte past. */
+	size_t n;
+	if (ck_add(len, 1, &n))
+		return api__bad_code(&p, ERR_TOO_LARGE, NULL, "request body too large");
+	char *copy = malloc(n);
+	if (!copy)
+		return api_error_from_err(err, ERR_NOMEM, NULL, "out of memory parsing the body");
+	if (len)
+		memcpy(copy, body, len);
+	copy[len] = '\0';
+	const char *end = NULL;
+	cJSON *j = cJSON_ParseWithOpts(copy, &end, 1);
+	size_t at = end ? (size_t)(end - copy) : 0;
+	free(copy);
+	if (!j) {
+		if (len == 0)
+			return api__bad_code(&p, ERR_FORMAT, NULL,
+					     "invalid JSON: the request body is empty");
+		return api__bad_code(&p, ERR_FORMAT, NULL, "invalid JSON near byte %zu", at);
+	}
+	if (!cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		return api__bad_code(&p, ERR_FORMAT, NULL,
+				     "the request body must be a JSON object");
+	}
+	*root = j;
+	return 0;
+}
+
+int api__member(struct api__jp *p, const cJSON *obj, const char *key, const char *param,
+		const cJSON **item)
+{
+	const cJSON *found = NULL;
+	*item = NULL;
+	for (const cJSON *c = obj->child; c; c = c->next) {
+		if (!c->string || strcmp(c->string, key))
+			continue;
+		if (found)
+			return api__bad(p, param, "duplicate field '%s'", param);
+		found = c;
+	}
+	if (found && !cJSON_IsNull(found))
+		*item = found;
+	return 0;
+}
+
+int api__to_bool(struct api__jp *p, const cJSON *it, const char *param, bool *out)
+{
+	if (!cJSON_IsBool(it))
+		return api__bad(p, param, "'%s' must be a boolean", param);
+	*out = cJSON_IsTrue(it);
+	return 0;
+}
+
+int api__to_double(struct api__jp *p, const cJSON *it, const char *param, double *out)
+{
+	if (!cJSON_IsNumber(it))
+		return api__bad(p, param, "'%s' must be a number", param);
+	if (!isfinite(it->valuedouble))
+		return api__bad_code(p, ERR_RANGE, param, "'%s' must be a finite number", param);
+	*out = it->valuedouble;
+	return 0;
+}
+
+int api__to_int(struct api__jp *p, const cJSON *it, const char *param, int64_t lo, int64_t hi,
+		int64_t *out)
+{
+	if (!cJSON_IsNumber(it))
+		return api__bad(p, param, "'%s' must be an integer", param);
+	double v = it->valuedouble;
+	if (!isfinite(v) || v != floor(v))
+		return api__bad(p, param, "'%s' must be an integer", param);
+	/* Compare as doubles first: converting an out-of-range double to
+	 * int64_t is undefined. 2^63 is exact in a double. */
+	if (v < (double)lo || v > (double)hi || v >= 9223372036854775808.0)
+		return api__bad_code(p, ERR_RANGE, param, "'%s' must be between %lld and %lld, got %.17g",
+				     param, (long long)lo, (long long)hi, v);
+	int64_t iv = (int64_t)v;
+	if (iv < lo || iv > hi)
+		return api__bad_code(p, ERR_RANGE, param, "'%s' must be between %lld and %lld, got %.17g",
+				     param, (long long)lo, (long long)hi, v);
+	*out = iv;
+	return 0;
+}
+
+int api__to_string(struct api__jp *p, const cJSON *it, const char *param, char **out,
+		   size_t *len)
+{
+	if (!cJSON_IsString(it) || !it->valuestring)
+		return api__bad(p, param, "'%s' must be a string", param);
+	size_t n = strlen(it->valuestring);
+	char *s = arena_strndup(p->a, it->valuestring, n);
+	if (!s)
+		return api_error_from_err(p->err, ERR_NOMEM, NULL, "out of memory");
+	*out = s;
+	if (len)
+		*len = n;
+	return 0;
+}
+
+/* ---- writers ------------------------------------------------------------ */
+
+int api_json_string(struct buf *out, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *u = (const unsigned char *)s;
+	/* Worst case 6 bytes per input byte, plus quotes. */
+	size_t need;
+	if (ck_mul(len, 6, &need) || ck_add(need, 2, &need))
+		return ERR_OVERFLOW;
+	int rc = buf_reserve(out, need);
+	if (rc)
+		return rc;
+	char *w = out->data + out->len;
+	*w++ = '"';
+	size_t i = 0;
+	while (i < len) {
+		unsigned char c = u[i];
+		if (c >= 0x80) {
+			size_t k = utf8_seq(u + i, len - i);
+			if (k) {
+				memcpy(w, u + i, k);
+				w += k;
+				i += k;
+			} else {
+				/* U+FFFD for each invalid byte. */
+				memcpy(w, "\xEF\xBF\xBD", 3);
+				w += 3;
+				i++;
+			}
+			continue;
+		}
+		i++;
+		switch (c) {
+		case '"':
+			*w++ = '\\';
+			*w++ = '"';
+			break;
+		case '\\':
+			*w++ = '\\';
+			*w++ = '\\';
+			break;
+		case '\n':
+			*w++ = '\\';
+			*w++ = 'n';
+			break;
+		case '\r':
+			*w++ = '\\';
+			*w++ = 'r';
+			break;
+		case '\t':
+			*w++ = '\\';
+			*w++ = 't';
+			break;
+		case '\b':
+			*w++ = '\\';
+			*w++ = 'b';
+			break;
+		case '\f':
+			*w++ = '\\';
+			*w++ = 'f';
+			break;
+		default:
+			if (c < 0x20) {
+				memcpy(w, "\\u00", 4);
+				w[4] = hex[c >> 4];
+				w[5] = hex[c & 15];
+				w += 6;
+			} else {
+				*w++ = (char)c;
+			}
+		}
+	}
+	*w++ = '"';
+	out->len = (size_t)(w - out->data);
+	out->data[out->len] = '\0';
+	return 0;
+}
+
+int api__json_double(struct buf *out, double v)
+{
+	if (!isfinite(v))
+		return buf_append_str(out, "null");
+	char tmp[40];
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+		if (strtod(tmp, NULL) == v)
+			break;
+	}
+	return buf_append_str(out, tmp);
+}
+
+int api__json_float(struct buf *out, float v)
+{
+	if (!isfinite(v))
+		return buf_append_str(out, "null");
+	char tmp[40];
+	for (int prec = 1; prec <= 9; prec++) {
+		snprintf(tmp, sizeof tmp, "%.*g", prec, (double)v);
+		if (strtof(tmp, NULL) == v)
+			break;
+	}
+	return buf_append_str(out, tmp);
+}

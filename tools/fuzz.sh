@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tools/fuzz.sh SECONDS — build every tests/fuzz/fuzz_*.c target with clang's
+# libFuzzer (+ ASan/UBSan) in its own build dir (build-fuzz/, or $FUZZ_BUILD)
+# and run each for SECONDS. The seed corpus in tests/fuzz/corpus/<target>/ is
+# read but never written; new inputs go to $FUZZ_BUILD/corpus/<target>/ and
+# crashes to $FUZZ_BUILD/artifacts/<target>/. Exit status: 0 when no target
+# found a crash, 1 otherwise. Example: nice -n 10 tools/fuzz.sh 600
+set -euo pipefail
+
+secs=${1:?usage: tools/fuzz.sh SECONDS}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${FUZZ_BUILD:-$root/build-fuzz}
+cc=${CC_FUZZ:-clang}
+mkdir -p "$out"
+
+# The reader code under test plus what it needs from common/ and kernels/.
+lib_src=(
+  "$root/engine/gguf.c" "$root/engine/safetensors.c"
+  "$root/common/err.c" "$root/common/buf.c" "$root/kernels/dtype.c"
+)
+cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I"$root"
+        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+
+status=0
+for src in "$root"/tests/fuzz/fuzz_*.c; do
+  name=$(basename "$src" .c)          # fuzz_gguf
+  target=${name#fuzz_}                # gguf
+  echo "== building $name"
+  "$cc" "${cflags[@]}" "$src" "${lib_src[@]}" -lcjson -lm -o "$out/$name"
+  mkdir -p "$out/corpus/$target" "$out/artifacts/$target"
+  echo "== running $name for ${secs}s"
+  start=$(date +%s)
+  if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+       "$out/$name" -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+       -print_final_stats=1 -artifact_prefix="$out/artifacts/$target/" \
+       "$out/corpus/$target" "$root/tests/fuzz/corpus/$target" \
+       > "$out/$name.log" 2>&1; then
+    echo "!! $name found a problem; see $out/$name.log and $out/artifacts/$target/"
+    status=1
+  fi
+  end=$(date +%s)
+  grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$out/$name.log" | tail -2 || true
+  echo "== $name ran $((end - start))s; corpus: $(ls "$out/corpus/$target" | wc -l) files"
+done
+exit $status

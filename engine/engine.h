@@ -36,7 +36,14 @@ struct engine_opts {
 };
 
 /* One step. Rows are grouped by sequence: sequence s owns rows
- * [seq_start[s], seq_start[s+1]). All arrays are borrowed for the call. */
+ * [seq_start[s], seq_start[s+1]) (at least one row each), and those rows are
+ * the sequence's last n new tokens in order: positions[seq_start[s] + i] ==
+ * context_len[s] - n + i. A row attends to every position <= its own (causal
+ * inside a prefill chunk, full over earlier tokens already in the KV pool).
+ * Position t of sequence s lives in slot
+ *   block_tables[s * max_blocks_per_seq + t / block_size] * block_size + t % block_size
+ * and slot_mapping[row] must be exactly that slot for the row's position.
+ * All arrays are borrowed for the call. */
 struct engine_batch {
 	int n_tokens;		     /* rows in this step */
 	const int32_t *tokens;	     /* [n_tokens] token ids */
@@ -62,8 +69,16 @@ void engine_destroy(struct engine *e);
 
 /* Run one step. logits: [n_logits, vocab] floats, written in logits_rows order.
  * Returns ERR_INVAL for a batch that breaks the rules above (bad ids, slots,
- * positions, sizes), never touching memory out of range. */
+ * positions, sizes; n_tokens over max_batch_tokens, n_seqs over max_seqs,
+ * context_len over max_blocks_per_seq * block_size), never touching memory out
+ * of range; the KV pool is untouched then. */
 int engine_forward(struct engine *e, const struct engine_batch *b, float *logits);
+
+/* Greedy sampling: tokens_out[i] = argmax of row i of logits [n_rows, vocab]. */
+int engine_sample_greedy(struct engine *e, const float *logits, int n_rows, int32_t *tokens_out);
+
+/* The model's vocabulary size (the width of a logits row). */
+int engine_vocab(const struct engine *e);
 
 /* Copy whole KV blocks src[i] -> dst[i] in every layer (copy-on-write for n > 1). */
 int engine_copy_blocks(struct engine *e, const int32_t *src, const int32_t *dst, int n);

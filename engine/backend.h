@@ -1,0 +1,48 @@
+/* engine/backend.h — the backend vtable behind struct engine (engine.h).
+ *
+ * A backend owns the weights in its preferred form (converted at create when
+ * engine_opts.quantization asks), the paged KV pool and its activation
+ * buffers. engine.c validates every batch before calling forward, so a
+ * backend may trust the indices it is given. Called from the engine thread
+ * only; a backend fans work out to its own threads (CPU: kernels/cpu/pool.h)
+ * or device streams. The model passed at create is borrowed and must outlive
+ * the backend.
+ *
+ * Implementations: engine/cpu_backend.c (always; the reference every other
+ * backend is tested against). The CUDA one will live beside it.
+ */
+#ifndef AORTA_ENGINE_BACKEND_H
+#define AORTA_ENGINE_BACKEND_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/engine.h"
+
+struct backend;
+
+struct backend_ops {
+	const char *name;
+	/* (Re)allocate the KV pool: n_blocks blocks of block_size slots, every
+	 * layer, K and V, in kv_dtype; contents zeroed. */
+	int (*alloc_kv)(struct backend *b, int n_blocks, int block_size, enum dtype kv_dtype);
+	/* One validated step; logits [n_logits, vocab] in logits_rows order. */
+	int (*forward)(struct backend *b, const struct engine_batch *batch, float *logits);
+	/* Greedy pick over n_rows rows of logits [n_rows, vocab] (already on the
+	 * host for CPU); tokens_out[n_rows]. Richer sampling is engine/sampling. */
+	int (*sample)(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out);
+	/* Copy whole blocks src[i] -> dst[i] in every layer (ids already checked). */
+	int (*copy_blocks)(struct backend *b, const int32_t *src, const int32_t *dst, int n);
+	void (*free)(struct backend *b);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+};
+
+/* The CPU backend. Converts weights per opts->quantization, allocates the
+ * activations for opts->max_batch_tokens rows and the KV pool. */
+int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
+		       struct backend **out, struct diag *d);
+
+#endif

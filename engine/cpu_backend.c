@@ -1,0 +1,377 @@
+/* engine/cpu_backend.c — the CPU backend's life cycle: checks the model's
+ * tensors against its config, builds kmat views (or int8/fp8 copies), F32
+ * copies of the small vectors, the RoPE frequencies, the KV pool and the
+ * activation buffers. The forward pass itself is engine/forward.c.
+ * Tested through the engine: tests/engine/test_engine.c and the numpy
+ * reference in tests/reference/.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checked.h"
+#include "engine/cpu_backend.h"
+
+static int own(struct cpu_backend *cb, void *p)
+{
+	if (!p)
+		return ERR_NOMEM;
+	if (cb->n_owned == cb->cap_owned) {
+		int cap = cb->cap_owned ? cb->cap_owned * 2 : 64;
+		void **n = realloc(cb->owned, (size_t)cap * sizeof *n);
+		if (!n) {
+			free(p);
+			return ERR_NOMEM;
+		}
+		cb->owned = n;
+		cb->cap_owned = cap;
+	}
+	cb->owned[cb->n_owned++] = p;
+	return 0;
+}
+
+static bool weight_dtype_ok(enum dtype t)
+{
+	return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || t == DT_I8 ||
+	       t == DT_F8_E4M3;
+}
+
+/* Convert a 16/32-bit weight to int8 / fp8 with one scale per output row. */
+static int quantize_weight(struct cpu_backend *cb, struct kmat *w, enum dtype to, const char *name,
+			   struct diag *d)
+{
+	if (to == DT_F32 || !(w->dtype == DT_F16 || w->dtype == DT_BF16 || w->dtype == DT_F32))
+		return 0; /* already quantized in the file, or nothing asked */
+	/* The conversion (kcpu_quantize_rows) belongs to kernels/cpu/quant.h, the
+	 * fast-matmul work; until it lands this path reports itself missing. */
+	(void)cb;
+	return diag_set(d, ERR_UNSUPPORTED,
+			"%s: --quantization %s needs kernels/cpu/quant.h (not built yet)", name,
+			dtype_name(to));
+}
+
+/* A (rows, cols) weight matrix as a kmat, after checking it is one. */
+static int weight_view(struct cpu_backend *cb, const struct tensor *t, int64_t rows, int64_t cols,
+		       enum dtype quant, struct kmat *out, struct diag *d)
+{
+	const char *name = t->name ? t->name : "(unnamed)";
+	if (!tensor_present(t))
+		return diag_set(d, ERR_FORMAT, "%s: weight missing", name);
+	if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
+		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld, %lld)", name, (long long)rows,
+				(long long)cols);
+	if (!weight_dtype_ok(t->dtype))
+		return diag_set(d, ERR_UNSUPPORTED, "%s: dtype %s not supported by the CPU backend",
+				name, dtype_name(t->dtype));
+	uint64_t row_bytes, total;
+	if (dtype_row_bytes(t->dtype, (uint64_t)cols, &row_bytes) ||
+	    ck_mul_u64(row_bytes, (uint64_t)rows, &total) || t->n_bytes < total)
+		return diag_set(d, ERR_FORMAT, "%s: %llu bytes is too small for its shape", name,
+				(unsigned long long)t->n_bytes);
+	if (t->dtype == DT_I8 || t->dtype == DT_F8_E4M3) {
+		if (!t->scale || !(t->n_scale == 1 || t->n_scale == rows))
+			return diag_set(d, ERR_FORMAT, "%s: needs 1 or %lld scales", name,
+					(long long)rows);
+	}
+	*out = (struct kmat){ .dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data,
+			      .scale = t->scale, .n_scale = t->n_scale };
+	return quantize_weight(cb, out, quant, name, d);
+}
+
+/* A (n) vector as an F32 copy owned by the backend; *out NULL when absent and
+ * optional. */
+static int vector_f32(struct cpu_backend *cb, const struct tensor *t, int64_t n, bool required,
+		      float **out, struct diag *d)
+{
+	const char *name = t->name ? t->name : "(unnamed)";
+	*out = NULL;
+	if (!tensor_present(t))
+		return required ? diag_set(d, ERR_FORMAT, "%s: vector missing", name) : 0;
+	if (t->n_dims != 1 || t->shape[0] != n)
+		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld)", name, (long long)n);
+	if (!(t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16))
+		return diag_set(d, ERR_UNSUPPORTED, "%s: vector dtype %s", name, dtype_name(t->dtype));
+	uint64_t bytes;
+	if (dtype_row_bytes(t->dtype, (uint64_t)n, &bytes) || t->n_bytes < bytes)
+		return diag_set(d, ERR_FORMAT, "%s: too few bytes", name);
+	float *v = malloc((size_t)n * sizeof(float));
+	int rc = own(cb, v);
+	if (rc)
+		return diag_set(d, rc, "%s: out of memory", name);
+	struct kmat k = { .dtype = t->dtype, .rows = 1, .cols = n, .data = t->data };
+	kcpu_dequant_row(&k, 0, v);
+	*out = v;
+	return 0;
+}
+
+/* RoPE inverse frequencies with the config's scaling (HF
+ * _compute_llama3_parameters for llama3), computed in double. */
+static void rope_inv_freq(const struct model_config *c, float *out)
+{
+	const int half = c->head_dim / 2;
+	for (int i = 0; i < half; i++) {
+		double f = pow((double)c->rope_theta, -2.0 * i / (double)c->head_dim);
+		if (c->rope_scaling.type == ROPE_SCALING_LINEAR && c->rope_scaling.factor > 0) {
+			f /= c->rope_scaling.factor;
+		} else if (c->rope_scaling.type == ROPE_SCALING_LLAMA3) {
+			double factor = c->rope_scaling.factor, lo = c->rope_scaling.low_freq_factor,
+			       hi = c->rope_scaling.high_freq_factor,
+			       old = c->rope_scaling.original_max_pos;
+			double wavelen = 2.0 * M_PI / f;
+			double lo_wavelen = old / lo, hi_wavelen = old / hi;
+			if (wavelen > lo_wavelen) {
+				f /= factor;
+			} else if (wavelen >= hi_wavelen) { /* between: blend */
+				double smooth = (old / wavelen - lo) / (hi - lo);
+				f = (1.0 - smooth) * f / factor + smooth * f;
+			}
+		}
+		out[i] = (float)f;
+	}
+}
+
+static int check_config(const struct model_config *c, struct diag *d)
+{
+	if (c->n_layers <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+	    c->head_dim <= 0 || c->ffn <= 0 || c->vocab <= 0)
+		return diag_set(d, ERR_FORMAT, "model config has a non-positive size");
+	if (c->n_heads % c->n_kv_heads)
+		return diag_set(d, ERR_FORMAT, "n_heads %d is not a multiple of n_kv_heads %d",
+				c->n_heads, c->n_kv_heads);
+	if (c->head_dim % 2)
+		return diag_set(d, ERR_FORMAT, "head_dim %d is odd", c->head_dim);
+	if (!(c->rope_theta > 0))
+		return diag_set(d, ERR_FORMAT, "rope_theta must be positive");
+	if (c->rope_scaling.type == ROPE_SCALING_LLAMA3 &&
+	    !(c->rope_scaling.factor > 0 && c->rope_scaling.low_freq_factor > 0 &&
+	      c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor &&
+	      c->rope_scaling.original_max_pos > 0))
+		return diag_set(d, ERR_FORMAT, "llama3 rope scaling parameters are invalid");
+	/* hidden * n_heads * head_dim products are taken as int64 below; keep
+	 * every single dimension in int range and sane. */
+	if ((int64_t)c->n_heads * c->head_dim > (1 << 24) || c->hidden > (1 << 24) ||
+	    c->ffn > (1 << 26))
+		return diag_set(d, ERR_FORMAT, "model dimensions are implausibly large");
+	return 0;
+}
+
+static int load_layers(struct cpu_backend *cb, enum dtype quant, struct diag *d)
+{
+	const struct model_config *c = &cb->cfg;
+	const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+	const int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct layer_weights *w = &cb->m->w.layers[l];
+		struct cpu_layer *o = &cb->layers[l];
+		int rc;
+		if ((rc = vector_f32(cb, &w->attn_norm, c->hidden, true, &o->attn_norm, d)) ||
+		    (rc = weight_view(cb, &w->wq, q_dim, c->hidden, quant, &o->wq, d)) ||
+		    (rc = weight_view(cb, &w->wk, kv_dim, c->hidden, quant, &o->wk, d)) ||
+		    (rc = weight_view(cb, &w->wv, kv_dim, c->hidden, quant, &o->wv, d)) ||
+		    (rc = vector_f32(cb, &w->bq, q_dim, c->qkv_bias, &o->bq, d)) ||
+		    (rc = vector_f32(cb, &w->bk, kv_dim, c->qkv_bias, &o->bk, d)) ||
+		    (rc = vector_f32(cb, &w->bv, kv_dim, c->qkv_bias, &o->bv, d)) ||
+		    (rc = vector_f32(cb, &w->q_norm, c->head_dim, c->qk_norm, &o->q_norm, d)) ||
+		    (rc = vector_f32(cb, &w->k_norm, c->head_dim, c->qk_norm, &o->k_norm, d)) ||
+		    (rc = weight_view(cb, &w->wo, c->hidden, q_dim, quant, &o->wo, d)) ||
+		    (rc = vector_f32(cb, &w->ffn_norm, c->hidden, true, &o->ffn_norm, d)) ||
+		    (rc = weight_view(cb, &w->w_gate, c->ffn, c->hidden, quant, &o->w_gate, d)) ||
+		    (rc = weight_view(cb, &w->w_up, c->ffn, c->hidden, quant, &o->w_up, d)) ||
+		    (rc = weight_view(cb, &w->w_down, c->hidden, c->ffn, quant, &o->w_down, d)))
+			return rc;
+		/* only the config decides whether a bias / q-k norm applies */
+		if (!c->qkv_bias)
+			o->bq = o->bk = o->bv = NULL;
+		if (!c->qk_norm)
+			o->q_norm = o->k_norm = NULL;
+	}
+	return 0;
+}
+
+static void cpu_free(struct backend *b)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)b;
+	if (!cb)
+		return;
+	kpool_destroy(cb->pool);
+	for (int i = 0; i < cb->n_owned; i++)
+		free(cb->owned[i]);
+	free(cb->owned);
+	free(cb->layers);
+	free(cb->inv_freq);
+	free(cb->kv);
+	free(cb->x);
+	free(cb->xn);
+	free(cb->q);
+	free(cb->k);
+	free(cb->v);
+	free(cb->attn);
+	free(cb->tmp);
+	free(cb->gate);
+	free(cb->up);
+	free(cb->scratch);
+	free(cb->row_seq);
+	free(cb);
+}
+
+static int cpu_alloc_kv(struct backend *b, int n_blocks, int block_size, enum dtype kv_dtype)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)b;
+	if (n_blocks <= 0 || block_size <= 0 || !(kv_dtype == DT_F32 || kv_dtype == DT_F16))
+		return ERR_INVAL;
+	size_t esize = kv_dtype == DT_F16 ? 2 : 4, slot_vals, layer_bytes, total;
+	if (ck_mul((size_t)cb->cfg.n_kv_heads, (size_t)cb->cfg.head_dim, &slot_vals) ||
+	    ck_mul(slot_vals, esize, &layer_bytes) ||
+	    ck_mul(layer_bytes, (size_t)n_blocks, &layer_bytes) ||
+	    ck_mul(layer_bytes, (size_t)block_size, &layer_bytes) ||
+	    ck_mul(layer_bytes, 2 * (size_t)cb->cfg.n_layers, &total))
+		return ERR_OVERFLOW;
+	void *kv = calloc(1, total);
+	if (!kv)
+		return ERR_NOMEM;
+	free(cb->kv);
+	cb->kv = kv;
+	cb->kv_layer_bytes = layer_bytes;
+	cb->n_blocks = n_blocks;
+	cb->block_size = block_size;
+	cb->kv_dtype = kv_dtype;
+	return 0;
+}
+
+static int cpu_copy_blocks(struct backend *b, const int32_t *src, const int32_t *dst, int n)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)b;
+	const size_t block_bytes = cb->kv_layer_bytes / (size_t)cb->n_blocks;
+	char *base = cb->kv;
+	for (int l = 0; l < 2 * cb->cfg.n_layers; l++) { /* K and V of every layer */
+		char *pool = base + (size_t)l * cb->kv_layer_bytes;
+		for (int i = 0; i < n; i++)
+			if (src[i] != dst[i])
+				memcpy(pool + (size_t)dst[i] * block_bytes,
+				       pool + (size_t)src[i] * block_bytes, block_bytes);
+	}
+	return 0;
+}
+
+static int cpu_sample(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)b;
+	for (int i = 0; i < n_rows; i++)
+		tokens_out[i] = kops_argmax(logits + (size_t)i * cb->cfg.vocab, cb->cfg.vocab);
+	return 0;
+}
+
+static const struct backend_ops cpu_ops = {
+	.name = "cpu",
+	.alloc_kv = cpu_alloc_kv,
+	.forward = cpu_forward,
+	.sample = cpu_sample,
+	.copy_blocks = cpu_copy_blocks,
+	.free = cpu_free,
+};
+
+static float *alloc_rows(int rows, int64_t cols, int *rc)
+{
+	size_t n;
+	if (*rc)
+		return NULL;
+	if (ck_mul((size_t)rows, (size_t)cols, &n) || ck_mul(n, sizeof(float), &n)) {
+		*rc = ERR_OVERFLOW;
+		return NULL;
+	}
+	float *p = malloc(n ? n : 1);
+	if (!p)
+		*rc = ERR_NOMEM;
+	return p;
+}
+
+static int alloc_activations(struct cpu_backend *cb, const struct engine_opts *o, struct diag *d)
+{
+	const struct model_config *c = &cb->cfg;
+	const int T = o->max_batch_tokens;
+	const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+	const int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+	size_t max_ctx;
+	if (ck_mul((size_t)o->max_blocks_per_seq, (size_t)o->block_size, &max_ctx) ||
+	    max_ctx > (size_t)1 << 30)
+		return diag_set(d, ERR_OVERFLOW, "max_blocks_per_seq * block_size is too large");
+	cb->max_tokens = T;
+	cb->max_ctx = (int)max_ctx;
+	int rc = 0;
+	cb->x = alloc_rows(T, c->hidden, &rc);
+	cb->xn = alloc_rows(T, c->hidden, &rc);
+	cb->tmp = alloc_rows(T, c->hidden, &rc);
+	cb->q = alloc_rows(T, q_dim, &rc);
+	cb->attn = alloc_rows(T, q_dim, &rc);
+	cb->k = alloc_rows(T, kv_dim, &rc);
+	cb->v = alloc_rows(T, kv_dim, &rc);
+	cb->gate = alloc_rows(T, c->ffn, &rc);
+	cb->up = alloc_rows(T, c->ffn, &rc);
+	cb->scratch = alloc_rows(cb->n_threads, (int64_t)cb->max_ctx + c->head_dim, &rc);
+	if (!rc && !(cb->row_seq = malloc((size_t)T * sizeof(int32_t))))
+		rc = ERR_NOMEM;
+	if (rc)
+		return diag_set(d, rc, "activation buffers for %d tokens: %s", T, err_str(rc));
+	return 0;
+}
+
+int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
+		       struct backend **out, struct diag *d)
+{
+	*out = NULL;
+	if (!m || !opts)
+		return diag_set(d, ERR_INVAL, "no model or options");
+	int rc = check_config(&m->cfg, d);
+	if (rc)
+		return rc;
+	if (!m->w.layers)
+		return diag_set(d, ERR_FORMAT, "model has no layers");
+	if (opts->quantization != DT_F32 && opts->quantization != DT_I8 &&
+	    opts->quantization != DT_F8_E4M3)
+		return diag_set(d, ERR_INVAL, "quantization must be none, int8 or fp8");
+	struct cpu_backend *cb = calloc(1, sizeof *cb);
+	if (!cb)
+		return diag_set(d, ERR_NOMEM, "out of memory");
+	cb->base.ops = &cpu_ops;
+	cb->m = m;
+	cb->cfg = m->cfg;
+	cb->isa = kops_isa_detect();
+	if ((rc = kpool_create(opts->n_threads, &cb->pool))) {
+		diag_set(d, rc, "worker pool of %d threads: %s", opts->n_threads, err_str(rc));
+		goto fail;
+	}
+	cb->n_threads = kpool_size(cb->pool);
+	const struct model_config *c = &cb->cfg;
+	cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers);
+	cb->inv_freq = malloc((size_t)(c->head_dim / 2) * sizeof(float));
+	if (!cb->layers || !cb->inv_freq) {
+		rc = diag_set(d, ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	rope_inv_freq(c, cb->inv_freq);
+	/* Embeddings stay in the file's dtype: only gathered rows are dequantized,
+	 * and a tied LM head must read the very same table. */
+	if ((rc = weight_view(cb, &m->w.tok_embd, c->vocab, c->hidden, DT_F32, &cb->tok_embd, d)))
+		goto fail;
+	if (c->tied_embeddings || !tensor_present(&m->w.lm_head)) {
+		cb->lm_head = cb->tok_embd;
+	} else if ((rc = weight_view(cb, &m->w.lm_head, c->vocab, c->hidden, opts->quantization,
+				     &cb->lm_head, d))) {
+		goto fail;
+	}
+	if ((rc = vector_f32(cb, &m->w.out_norm, c->hidden, true, &cb->out_norm, d)) ||
+	    (rc = load_layers(cb, opts->quantization, d)) ||
+	    (rc = alloc_activations(cb, opts, d)))
+		goto fail;
+	if ((rc = cpu_alloc_kv(&cb->base, opts->n_kv_blocks, opts->block_size, opts->kv_dtype))) {
+		diag_set(d, rc, "KV pool of %d blocks x %d (%s): %s", opts->n_kv_blocks,
+			 opts->block_size, dtype_name(opts->kv_dtype), err_str(rc));
+		goto fail;
+	}
+	*out = &cb->base;
+	return 0;
+fail:
+	cpu_free(&cb->base);
+	return rc;
+}

@@ -1,0 +1,213 @@
+/* engine/forward.c — the Llama-family forward pass of the CPU backend over a
+ * flat, already-validated batch (engine.c checks it) and the paged KV pool.
+ *
+ * Per layer: RMSNorm -> Q/K/V matmuls (+bias) -> per-head Q/K RMSNorm ->
+ * RoPE -> K/V stored at each row's slot -> attention of every (row, head)
+ * over its sequence's blocks -> output matmul + residual -> RMSNorm -> SwiGLU
+ * MLP + residual. Then the final norm and the LM head, for the rows that need
+ * logits only. Matmuls are kcpu_matmul (threaded inside); everything else is
+ * split over the pool here. Checked against numpy in tests/reference/.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/cpu_backend.h"
+
+struct fwd {
+	struct cpu_backend *cb;
+	const struct engine_batch *b;
+	const struct cpu_layer *L;
+	int layer;
+	const int32_t *row_seq; /* [n_tokens] sequence of each row */
+	/* add_norm job */
+	const float *add_src; /* NULL: no residual add */
+	const float *norm_w;
+	int norm_rows;
+	const int32_t *norm_row_idx; /* NULL: rows 0..norm_rows-1 */
+	float *norm_out;
+};
+
+static float *scratch_of(struct cpu_backend *cb, int ith)
+{
+	return cb->scratch + (size_t)ith * ((size_t)cb->max_ctx + (size_t)cb->cfg.head_dim);
+}
+
+/* ---- embedding -------------------------------------------------------------- */
+
+static void job_embed(void *p, int ith, int nth)
+{
+	struct fwd *f = p;
+	long r0, r1;
+	kpool_split(f->b->n_tokens, ith, nth, &r0, &r1);
+	for (long r = r0; r < r1; r++)
+		kcpu_dequant_row(&f->cb->tok_embd, f->b->tokens[r],
+				 f->cb->x + r * (size_t)f->cb->cfg.hidden);
+}
+
+/* ---- x += add_src; norm_out = rmsnorm(x) ----------------------------------- */
+
+static void job_add_norm(void *p, int ith, int nth)
+{
+	struct fwd *f = p;
+	struct cpu_backend *cb = f->cb;
+	const int H = cb->cfg.hidden;
+	long i0, i1;
+	if (f->add_src) { /* the residual add covers every row */
+		kpool_split(f->b->n_tokens, ith, nth, &i0, &i1);
+		for (long r = i0; r < i1; r++)
+			kops_add(cb->isa, cb->x + r * (size_t)H, f->add_src + r * (size_t)H, H);
+	}
+	kpool_split(f->norm_rows, ith, nth, &i0, &i1);
+	for (long i = i0; i < i1; i++) {
+		long r = f->norm_row_idx ? f->norm_row_idx[i] : i;
+		kops_rmsnorm(cb->isa, f->norm_out + i * (size_t)H, cb->x + r * (size_t)H, f->norm_w, H,
+			     cb->cfg.rms_eps);
+	}
+}
+
+/* ---- bias, Q/K norm, RoPE, KV store ---------------------------------------- */
+
+static void add_bias(float *x, const float *bias, int n)
+{
+	if (bias)
+		kops_add_ref(x, bias, n);
+}
+
+static void job_qkv_post(void *p, int ith, int nth)
+{
+	struct fwd *f = p;
+	struct cpu_backend *cb = f->cb;
+	const struct model_config *c = &cb->cfg;
+	const struct cpu_layer *L = f->L;
+	const int hd = c->head_dim, q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+	const size_t esize = cb->kv_dtype == DT_F16 ? 2 : 4;
+	char *k_pool = (char *)cb->kv + (size_t)(2 * f->layer) * cb->kv_layer_bytes;
+	char *v_pool = k_pool + cb->kv_layer_bytes;
+	float *cos_t = scratch_of(cb, ith), *sin_t = cos_t + hd / 2;
+	const enum kops_rope_style style =
+		c->rope_style == ROPE_STYLE_NORM ? KOPS_ROPE_NORM : KOPS_ROPE_NEOX;
+	long r0, r1;
+	kpool_split(f->b->n_tokens, ith, nth, &r0, &r1);
+	for (long r = r0; r < r1; r++) {
+		float *q = cb->q + r * (size_t)q_dim, *k = cb->k + r * (size_t)kv_dim,
+		      *v = cb->v + r * (size_t)kv_dim;
+		add_bias(q, L->bq, q_dim);
+		add_bias(k, L->bk, kv_dim);
+		add_bias(v, L->bv, kv_dim);
+		if (L->q_norm) {
+			for (int h = 0; h < c->n_heads; h++)
+				kops_rmsnorm(cb->isa, q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
+			for (int h = 0; h < c->n_kv_heads; h++)
+				kops_rmsnorm(cb->isa, k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
+		}
+		kops_rope_angles(f->b->positions[r], cb->inv_freq, hd / 2, cos_t, sin_t);
+		kops_rope(cb->isa, q, c->n_heads, hd, cos_t, sin_t, style);
+		kops_rope(cb->isa, k, c->n_kv_heads, hd, cos_t, sin_t, style);
+		size_t slot = (size_t)f->b->slot_mapping[r];
+		kops_store_row(cb->kv_dtype, k_pool + slot * kv_dim * esize, k, kv_dim);
+		kops_store_row(cb->kv_dtype, v_pool + slot * kv_dim * esize, v, kv_dim);
+	}
+}
+
+/* ---- attention -------------------------------------------------------------- */
+
+/* Work items are (row, head) pairs handed out round-robin: in a prefill chunk
+ * later rows see longer contexts, so contiguous ranges would be unbalanced. */
+static void job_attention(void *p, int ith, int nth)
+{
+	struct fwd *f = p;
+	struct cpu_backend *cb = f->cb;
+	const struct model_config *c = &cb->cfg;
+	const int hd = c->head_dim, q_dim = c->n_heads * hd;
+	const int group = c->n_heads / c->n_kv_heads;
+	const char *k_pool = (const char *)cb->kv + (size_t)(2 * f->layer) * cb->kv_layer_bytes;
+	struct kops_attn_args a = {
+		.scratch = scratch_of(cb, ith),
+		.k_cache = k_pool,
+		.v_cache = k_pool + cb->kv_layer_bytes,
+		.kv_dtype = cb->kv_dtype,
+		.block_size = cb->block_size,
+		.n_kv_heads = c->n_kv_heads,
+		.head_dim = hd,
+		.scale = 1.0f / sqrtf((float)hd),
+	};
+	const long n_items = (long)f->b->n_tokens * c->n_heads;
+	for (long it = ith; it < n_items; it += nth) {
+		long r = it / c->n_heads;
+		int h = (int)(it % c->n_heads);
+		int s = f->row_seq[r];
+		a.q = cb->q + r * (size_t)q_dim + (size_t)h * hd;
+		a.out = cb->attn + r * (size_t)q_dim + (size_t)h * hd;
+		a.block_table = f->b->block_tables + (size_t)s * f->b->max_blocks_per_seq;
+		a.n_ctx = f->b->positions[r] + 1; /* causal: up to and including itself */
+		a.kv_head = h / group;
+		kops_attn_head(cb->isa, &a);
+	}
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------ */
+
+static void job_silu_mul(void *p, int ith, int nth)
+{
+	struct fwd *f = p;
+	struct cpu_backend *cb = f->cb;
+	const size_t F = (size_t)cb->cfg.ffn;
+	long r0, r1;
+	kpool_split(f->b->n_tokens, ith, nth, &r0, &r1);
+	for (long r = r0; r < r1; r++)
+		kops_silu_mul(cb->isa, cb->gate + r * F, cb->gate + r * F, cb->up + r * F, (int)F);
+}
+
+/* ---- the step ---------------------------------------------------------------- */
+
+static void run_add_norm(struct fwd *f, const float *add_src, const float *w, int rows,
+			 const int32_t *row_idx, float *out)
+{
+	f->add_src = add_src;
+	f->norm_w = w;
+	f->norm_rows = rows;
+	f->norm_row_idx = row_idx;
+	f->norm_out = out;
+	kpool_run(f->cb->pool, job_add_norm, f);
+}
+
+int cpu_forward(struct backend *be, const struct engine_batch *b, float *logits)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	const struct model_config *c = &cb->cfg;
+	const int T = b->n_tokens;
+	/* the sequence of each row, so attention items need no search */
+	for (int s = 0; s < b->n_seqs; s++)
+		for (int r = b->seq_start[s]; r < b->seq_start[s + 1]; r++)
+			cb->row_seq[r] = s;
+
+	struct fwd f = { .cb = cb, .b = b, .row_seq = cb->row_seq };
+	kpool_run(cb->pool, job_embed, &f);
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cpu_layer *L = &cb->layers[l];
+		f.L = L;
+		f.layer = l;
+		/* the previous layer's MLP output joins the residual here */
+		run_add_norm(&f, l == 0 ? NULL : cb->tmp, L->attn_norm, T, NULL, cb->xn);
+		kcpu_matmul(cb->pool, &L->wq, cb->xn, T, cb->q);
+		kcpu_matmul(cb->pool, &L->wk, cb->xn, T, cb->k);
+		kcpu_matmul(cb->pool, &L->wv, cb->xn, T, cb->v);
+		kpool_run(cb->pool, job_qkv_post, &f);
+		kpool_run(cb->pool, job_attention, &f);
+		kcpu_matmul(cb->pool, &L->wo, cb->attn, T, cb->tmp);
+		run_add_norm(&f, cb->tmp, L->ffn_norm, T, NULL, cb->xn);
+		kcpu_matmul(cb->pool, &L->w_gate, cb->xn, T, cb->gate);
+		kcpu_matmul(cb->pool, &L->w_up, cb->xn, T, cb->up);
+		kpool_run(cb->pool, job_silu_mul, &f);
+		kcpu_matmul(cb->pool, &L->w_down, cb->gate, T, cb->tmp);
+	}
+	if (b->n_logits == 0)
+		return 0; /* a prefill chunk mid-prompt: the KV writes were the point */
+	/* The last residual add must finish on every row before the gathered
+	 * final norm reads them, hence two runs. Only rows that need logits are
+	 * normed, into xn[0, n_logits), and go through the LM head. */
+	run_add_norm(&f, cb->tmp, cb->out_norm, 0, NULL, cb->xn);
+	run_add_norm(&f, NULL, cb->out_norm, b->n_logits, b->logits_rows, cb->xn);
+	kcpu_matmul(cb->pool, &cb->lm_head, cb->xn, b->n_logits, logits);
+	return 0;
+}

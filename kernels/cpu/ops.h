@@ -1,0 +1,89 @@
+/* kernels/cpu/ops.h — the non-matmul ops of the CPU forward pass: RMSNorm,
+ * RoPE, SiLU·mul, residual add, KV row stores and paged attention.
+ *
+ * Every op has a plain reference (`kops_*_ref`: readable, scalar, one thread)
+ * and a fast version (`kops_*`) that takes the instruction set to use, so a
+ * test can run each ISA the machine has against the reference
+ * (tests/engine/test_ops.c). kops_isa_detect() picks the best one at run time;
+ * the engine stores it. Ops work on one row (or one query head) at a time:
+ * threading is the caller's (engine/forward.c splits rows and heads over the
+ * pool). Stateless; any thread. All pointers are borrowed for the call.
+ *
+ * Paged KV layout, per layer and for K and V separately: a pool of slots, slot
+ * = block_id * block_size + offset; slot s holds n_kv_heads * head_dim values
+ * (kv head-major) in F32 or F16.
+ */
+#ifndef AORTA_KERNELS_CPU_OPS_H
+#define AORTA_KERNELS_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+
+enum kops_isa {
+	KOPS_ISA_SCALAR = 0, /* portable C */
+	KOPS_ISA_AVX2,	     /* AVX2 + FMA + F16C */
+	KOPS_ISA_AVX512,     /* AVX-512F (+ the AVX2 set) */
+	KOPS_ISA__COUNT
+};
+
+/* The best ISA this CPU supports (and this build can emit). */
+enum kops_isa kops_isa_detect(void);
+const char *kops_isa_name(enum kops_isa isa);
+
+/* RoPE pairing (same meaning as engine/model.h's enum rope_style). */
+enum kops_rope_style { KOPS_ROPE_NEOX = 0, KOPS_ROPE_NORM = 1 };
+
+/* out[i] = x[i] / rms(x) * w[i]; out may alias x. */
+void kops_rmsnorm_ref(float *out, const float *x, const float *w, int n, float eps);
+void kops_rmsnorm(enum kops_isa isa, float *out, const float *x, const float *w, int n, float eps);
+
+/* x[i] += y[i] */
+void kops_add_ref(float *x, const float *y, int n);
+void kops_add(enum kops_isa isa, float *x, const float *y, int n);
+
+/* out[i] = silu(gate[i]) * up[i]; out may alias gate. */
+void kops_silu_mul_ref(float *out, const float *gate, const float *up, int n);
+void kops_silu_mul(enum kops_isa isa, float *out, const float *gate, const float *up, int n);
+
+/* cos/sin of pos * inv_freq[i] for i < half (angles computed in double so a
+ * large position keeps its precision). */
+void kops_rope_angles(int pos, const float *inv_freq, int half, float *cos_out, float *sin_out);
+/* Rotate n_heads heads of head_dim (even) values in x in place by the angles
+ * above (half = head_dim / 2). NEOX pairs (i, i+half); NORM pairs (2i, 2i+1). */
+void kops_rope_ref(float *x, int n_heads, int head_dim, const float *cos_t, const float *sin_t,
+		   enum kops_rope_style style);
+void kops_rope(enum kops_isa isa, float *x, int n_heads, int head_dim, const float *cos_t,
+	       const float *sin_t, enum kops_rope_style style);
+
+/* Store n floats from src into dst of dtype kv (DT_F32 or DT_F16). */
+void kops_store_row(enum dtype kv, void *dst, const float *src, int n);
+
+/* One query head attending over a sequence's paged KV.
+ * q: [head_dim]; out: [head_dim]; scratch: [n_ctx] floats.
+ * Positions 0..n_ctx-1 of the sequence live in slots
+ * block_table[t / block_size] * block_size + t % block_size; the caller has
+ * checked every block id. kv_head selects the head inside a slot.
+ * out = softmax(scale * q·K[t]) · V[t] over t < n_ctx. */
+struct kops_attn_args {
+	const float *q;
+	float *out;
+	float *scratch;
+	const void *k_cache; /* layer's K pool, kv dtype */
+	const void *v_cache; /* layer's V pool, kv dtype */
+	enum dtype kv_dtype; /* DT_F32 or DT_F16 */
+	const int32_t *block_table;
+	int block_size;
+	int n_ctx;
+	int kv_head;
+	int n_kv_heads;
+	int head_dim;
+	float scale;
+};
+void kops_attn_head_ref(const struct kops_attn_args *a);
+void kops_attn_head(enum kops_isa isa, const struct kops_attn_args *a);
+
+/* Index of the largest value (the first on ties); -1 when n <= 0. */
+int kops_argmax(const float *x, int n);
+
+#endif

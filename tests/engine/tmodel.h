@@ -1,0 +1,34 @@
+/* tests/engine/tmodel.h — random in-memory models for the engine tests, the
+ * numpy reference dump and the benchmark's synthetic mode.
+ *
+ * tmodel_create fills a struct model from a config and a seed: weights drawn
+ * uniformly with a 1/sqrt(fan_in) scale (so activations stay O(1) like a
+ * trained model's), norm weights near 1, small biases. The same (cfg, seed)
+ * always gives the same F32 master values, whatever the storage dtype, so an
+ * F32 model and its Q8_0 / INT8 / FP8 / F16 twins compute nearly the same
+ * function. With layout NORM the Q/K rows are permuted per head the way
+ * llama.cpp's GGUF converter does, so it is the same function again.
+ * Single-threaded; the model owns everything and tmodel_destroy frees it.
+ */
+#ifndef AORTA_TESTS_ENGINE_TMODEL_H
+#define AORTA_TESTS_ENGINE_TMODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/model.h"
+
+struct tmodel_opts {
+	enum dtype wdtype;	 /* F32, F16, BF16, Q8_0, I8 or F8_E4M3 for the matrices */
+	uint64_t seed;
+	enum rope_style layout;	 /* NEOX: HF rows; NORM: GGUF-permuted Q/K rows */
+	float embd_scale;	 /* uniform range of embeddings; 0 = 1.0 */
+};
+
+int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, struct model **out);
+void tmodel_destroy(struct model *m);
+
+/* A small llama-like config (hidden 64, 2 layers, GQA 4/2, vocab 256). */
+void tmodel_config_small(struct model_config *cfg);
+
+#endif

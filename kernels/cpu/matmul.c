@@ -1,42 +1,383 @@
-/* kernels/cpu/matmul.c — the fast Y = X·Wᵀ (see matmul.h).
- * For now: the reference row loop, threaded over output rows. The SIMD,
- * integer-dot and cache-blocked paths replace this body. */
-#include <stdlib.h>
+/* kernels/cpu/matmul.c — the fast Y = X·Wᵀ (see matmul.h): checks, picks the
+ * instruction-set path, reserves scratch in the pool and runs one of three
+ * threaded loops over the per-ISA kernels of matmul_impl.h:
+ *   float GEMV  (F32/F16/BF16/F8, small m): each thread converts MM_TW weight
+ *               rows to F32 once and takes dot tiles against all m X rows, so
+ *               each weight byte is read from memory once;
+ *   float GEMM  (same dtypes, m > MM_GEMV_MAX_M, when the ISA has a
+ *               micro-kernel): a (KC, nr) panel of W is converted and packed
+ *               once and reused by every row of X;
+ *   integer     (Q8_0, I8): X is quantized per 32-block / per row into pool
+ *               scratch (in parallel), then integer dot tiles, blocked over X
+ *               so a block of quantized X stays in L2.
+ * Threads split weight rows, so every output element is written by one thread.
+ * Tested against kcpu_matmul_ref / kcpu_matmul_ref_xq in tests/engine/test_matmul.c.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
 
+#include "common/checked.h"
+#include "common/err.h"
 #include "matmul.h"
+#include "matmul_impl.h"
+#include "quant.h"
 
-struct mm_ctx {
+#define MM_GEMV_MAX_M 16     /* up to here GEMV; above, GEMM when available */
+#define MM_KC 256	     /* k-depth of a packed GEMM panel */
+#define MM_I8_KCHUNK 65536   /* int32 lanes cannot overflow below 2^17 */
+#define MM_XBLOCK_BYTES (256 * 1024) /* quantized X kept hot per block */
+
+/* ---- instruction-set selection ------------------------------------------ */
+
+int kcpu_isa_supported(enum kcpu_isa isa)
+{
+	switch (isa) {
+	case KCPU_ISA_AUTO:
+	case KCPU_ISA_SCALAR:
+		return 1;
+#if defined(__x86_64__)
+	case KCPU_ISA_AVX2:
+		return mm_kernels_avx2() && __builtin_cpu_supports("avx2") &&
+		       __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+	case KCPU_ISA_AVX512:
+		return mm_kernels_avx512() && __builtin_cpu_supports("avx512f") &&
+		       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") &&
+		       __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+	default:
+		return 0;
+	}
+}
+
+enum kcpu_isa kcpu_isa_best(void)
+{
+	if (kcpu_isa_supported(KCPU_ISA_AVX512))
+		return KCPU_ISA_AVX512;
+	if (kcpu_isa_supported(KCPU_ISA_AVX2))
+		return KCPU_ISA_AVX2;
+	return KCPU_ISA_SCALAR;
+}
+
+const char *kcpu_isa_name(enum kcpu_isa isa)
+{
+	static const char *const names[KCPU_ISA__COUNT] = { "auto", "scalar", "avx2", "avx512" };
+	return (unsigned)isa < KCPU_ISA__COUNT ? names[isa] : "?";
+}
+
+static const struct mm_kernels *kernels_for(enum kcpu_isa isa)
+{
+	switch (isa) {
+	case KCPU_ISA_AVX512:
+		return mm_kernels_avx512();
+	case KCPU_ISA_AVX2:
+		return mm_kernels_avx2();
+	default:
+		return mm_kernels_scalar();
+	}
+}
+
+/* ---- argument checks ------------------------------------------------------ */
+
+static bool is_float_dtype(enum dtype t)
+{
+	return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_F8_E4M3;
+}
+
+static int check_args(const struct kmat *w, const float *x, int m, const float *y)
+{
+	if (!w || m < 0 || w->rows < 0 || w->cols <= 0)
+		return ERR_INVAL;
+	if (!is_float_dtype(w->dtype) && w->dtype != DT_Q8_0 && w->dtype != DT_I8)
+		return ERR_INVAL;
+	if (w->dtype == DT_Q8_0 && w->cols % Q8_0_BLOCK)
+		return ERR_INVAL;
+	if ((w->dtype == DT_I8 || w->dtype == DT_F8_E4M3) && w->scale && w->n_scale != 1 &&
+	    w->n_scale != w->rows)
+		return ERR_INVAL;
+	if (m > 0 && w->rows > 0 && (!w->data || !x || !y))
+		return ERR_INVAL;
+	return 0;
+}
+
+/* ---- float GEMV ------------------------------------------------------------ */
+
+struct mm_call {
+	const struct mm_kernels *k;
+	struct kpool *pool;
 	const struct kmat *w;
 	const float *x;
 	int m;
 	float *y;
+	int8_t *xq;   /* integer paths: quantized X, m * cols */
+	float *xd;    /* and its scales, m * n_xd */
+	int64_t n_xd; /* scales per X row: cols/32 (Q8_0) or 1 (I8) */
+	int64_t xblock; /* X rows per block in the integer loops */
 };
 
-static void mm_worker(void *p, int ith, int nth)
+static void gemv_worker(void *p, int ith, int nth)
 {
-	struct mm_ctx *c = p;
-	long r0, r1;
-	kpool_split((long)c->w->rows, ith, nth, &r0, &r1);
-	if (r0 >= r1)
-		return;
-	float *row = malloc((size_t)c->w->cols * sizeof(float));
-	if (!row)
-		return;
-	for (long r = r0; r < r1; r++) {
-		kcpu_dequant_row(c->w, r, row);
-		for (int i = 0; i < c->m; i++) {
-			const float *xi = c->x + (int64_t)i * c->w->cols;
-			float acc = 0.0f;
-			for (int64_t k = 0; k < c->w->cols; k++)
-				acc += row[k] * xi[k];
-			c->y[(int64_t)i * c->w->rows + r] = acc;
+	const struct mm_call *c = p;
+	const struct kmat *w = c->w;
+	const int64_t rows = w->rows, cols = w->cols;
+	long g0, g1;
+	kpool_split((long)((rows + MM_TW - 1) / MM_TW), ith, nth, &g0, &g1);
+	float *buf = kpool_scratch(c->pool, ith);
+	for (long g = g0; g < g1; g++) {
+		const int64_t r0 = (int64_t)g * MM_TW;
+		const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
+		const float *wp;
+		if (w->dtype == DT_F32) {
+			wp = (const float *)w->data + r0 * cols;
+		} else {
+			for (int i = 0; i < nw; i++)
+				c->k->cvt(w, r0 + i, 0, cols, buf + i * cols);
+			wp = buf;
+		}
+		for (int j0 = 0; j0 < c->m; j0 += MM_TX) {
+			const int nx = c->m - j0 < MM_TX ? c->m - j0 : MM_TX;
+			c->k->dot_f32(nw, nx, wp, cols, c->x + (int64_t)j0 * cols, cols, cols,
+				      c->y + (int64_t)j0 * rows + r0, rows);
 		}
 	}
-	free(row);
+}
+
+/* ---- float GEMM ------------------------------------------------------------ */
+
+/* panel[k*nr + c] = W[r0 + c, k0 + k] for c < nv, 0 for nv <= c < nr. */
+static void pack_panel(const struct mm_call *c, int64_t r0, int nv, int64_t k0, int64_t kc,
+		       float *panel, float *tmp)
+{
+	const int nr = c->k->nr;
+	for (int col = 0; col < nr; col++) {
+		if (col < nv) {
+			c->k->cvt(c->w, r0 + col, k0, kc, tmp);
+			for (int64_t k = 0; k < kc; k++)
+				panel[k * nr + col] = tmp[k];
+		} else {
+			for (int64_t k = 0; k < kc; k++)
+				panel[k * nr + col] = 0.0f;
+		}
+	}
+}
+
+static void gemm_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t rows = c->w->rows, cols = c->w->cols;
+	const int nr = c->k->nr, mr = c->k->mr;
+	long p0, p1;
+	kpool_split((long)((rows + nr - 1) / nr), ith, nth, &p0, &p1);
+	float *panel = kpool_scratch(c->pool, ith);
+	float *tmp = panel + (size_t)MM_KC * nr;
+	for (long pi = p0; pi < p1; pi++) {
+		const int64_t r0 = (int64_t)pi * nr;
+		const int nv = (int)(rows - r0 < nr ? rows - r0 : nr);
+		for (int64_t k0 = 0; k0 < cols; k0 += MM_KC) {
+			const int64_t kc = cols - k0 < MM_KC ? cols - k0 : MM_KC;
+			pack_panel(c, r0, nv, k0, kc, panel, tmp);
+			for (int i0 = 0; i0 < c->m; i0 += mr) {
+				const int mi = c->m - i0 < mr ? c->m - i0 : mr;
+				c->k->gemm(mi, kc, panel, c->x + (int64_t)i0 * cols + k0, cols,
+					   c->y + (int64_t)i0 * rows + r0, rows, nv, k0 > 0);
+			}
+		}
+	}
+}
+
+/* ---- integer paths ---------------------------------------------------------- */
+
+static void quantize_x_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t cols = c->w->cols;
+	long j0, j1;
+	kpool_split(c->m, ith, nth, &j0, &j1);
+	for (long j = j0; j < j1; j++) {
+		if (c->w->dtype == DT_Q8_0)
+			kcpu_quantize_act_q8_0(c->x + j * cols, cols, c->xq + j * cols,
+					       c->xd + j * c->n_xd);
+		else
+			kcpu_quantize_act_i8(c->x + j * cols, cols, c->xq + j * cols, c->xd + j);
+	}
+}
+
+static void q8_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t rows = c->w->rows, cols = c->w->cols, nb = cols / Q8_0_BLOCK;
+	const struct q8_0_block *wb = c->w->data;
+	long g0, g1;
+	kpool_split((long)((rows + MM_TW - 1) / MM_TW), ith, nth, &g0, &g1);
+	for (int64_t b0 = 0; b0 < c->m; b0 += c->xblock) {
+		const int64_t b1 = b0 + c->xblock < c->m ? b0 + c->xblock : c->m;
+		for (long g = g0; g < g1; g++) {
+			const int64_t r0 = (int64_t)g * MM_TW;
+			const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
+			for (int64_t j0 = b0; j0 < b1; j0 += MM_TX) {
+				const int nx = (int)(b1 - j0 < MM_TX ? b1 - j0 : MM_TX);
+				c->k->dot_q8(nw, nx, wb + r0 * nb, nb, c->xq + j0 * cols,
+					     c->xd + j0 * nb, c->y + j0 * rows + r0, rows);
+			}
+		}
+	}
+}
+
+static void i8_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t rows = c->w->rows, cols = c->w->cols;
+	const int8_t *wq = c->w->data;
+	long g0, g1;
+	kpool_split((long)((rows + MM_TW - 1) / MM_TW), ith, nth, &g0, &g1);
+	for (int64_t b0 = 0; b0 < c->m; b0 += c->xblock) {
+		const int64_t b1 = b0 + c->xblock < c->m ? b0 + c->xblock : c->m;
+		for (long g = g0; g < g1; g++) {
+			const int64_t r0 = (int64_t)g * MM_TW;
+			const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
+			for (int64_t j0 = b0; j0 < b1; j0 += MM_TX) {
+				const int nx = (int)(b1 - j0 < MM_TX ? b1 - j0 : MM_TX);
+				int64_t total[MM_TX * MM_TW] = { 0 };
+				for (int64_t k0 = 0; k0 < cols; k0 += MM_I8_KCHUNK) {
+					const int64_t kn = cols - k0 < MM_I8_KCHUNK ? cols - k0
+										    : MM_I8_KCHUNK;
+					int32_t isum[MM_TX * MM_TW];
+					c->k->dot_i8(nw, nx, wq + r0 * cols + k0, cols,
+						     c->xq + j0 * cols + k0, cols, kn, isum);
+					for (int t = 0; t < MM_TX * MM_TW; t++)
+						total[t] += isum[t];
+				}
+				for (int j = 0; j < nx; j++)
+					for (int i = 0; i < nw; i++) {
+						float s = mm_row_scale(c->w, r0 + i) * c->xd[j0 + j];
+						c->y[(j0 + j) * rows + r0 + i] =
+							(float)total[j * MM_TW + i] * s;
+					}
+			}
+		}
+	}
+}
+
+/* ---- no-scratch fallback ------------------------------------------------- */
+
+/* One weight value as F32, for the path taken when scratch memory cannot be
+ * had: slow, but it needs no memory and gives the float reference's answer. */
+static float weight_at(const struct kmat *w, int64_t r, int64_t k)
+{
+	const int64_t idx = r * w->cols + k;
+	switch (w->dtype) {
+	case DT_F32:
+		return ((const float *)w->data)[idx];
+	case DT_F16:
+		return f16_to_f32(((const uint16_t *)w->data)[idx]);
+	case DT_BF16:
+		return bf16_to_f32(((const uint16_t *)w->data)[idx]);
+	case DT_Q8_0: {
+		const struct q8_0_block *b = (const struct q8_0_block *)w->data + idx / Q8_0_BLOCK;
+		return f16_to_f32(b->d) * (float)b->qs[idx % Q8_0_BLOCK];
+	}
+	case DT_I8:
+		return mm_row_scale(w, r) * (float)((const int8_t *)w->data)[idx];
+	case DT_F8_E4M3:
+		return mm_row_scale(w, r) * f8e4m3_to_f32(((const uint8_t *)w->data)[idx]);
+	default:
+		return 0.0f;
+	}
+}
+
+static void fallback_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	long r0, r1;
+	kpool_split((long)c->w->rows, ith, nth, &r0, &r1);
+	for (long r = r0; r < r1; r++)
+		for (int j = 0; j < c->m; j++) {
+			const float *xj = c->x + (int64_t)j * c->w->cols;
+			float acc = 0.0f;
+			for (int64_t k = 0; k < c->w->cols; k++)
+				acc += weight_at(c->w, r, k) * xj[k];
+			c->y[(int64_t)j * c->w->rows + r] = acc;
+		}
+}
+
+/* ---- entry points ---------------------------------------------------------- */
+
+static int run(struct kpool *pool, const struct mm_call *proto)
+{
+	struct mm_call c = *proto;
+	c.pool = pool;
+	const struct kmat *w = c.w;
+	const size_t cols = (size_t)w->cols, m = (size_t)c.m;
+	size_t per_thread = 0, shared = 0;
+	int rc = 0;
+	kpool_fn fn;
+
+	if (is_float_dtype(w->dtype)) {
+		if (c.m > MM_GEMV_MAX_M && c.k->gemm) {
+			fn = gemm_worker;
+			rc = ck_mul((size_t)MM_KC * (size_t)(c.k->nr + 1), sizeof(float), &per_thread);
+		} else {
+			fn = gemv_worker;
+			if (w->dtype != DT_F32)
+				rc = ck_mul(cols, (size_t)MM_TW * sizeof(float), &per_thread);
+		}
+	} else {
+		fn = w->dtype == DT_Q8_0 ? q8_worker : i8_worker;
+		c.n_xd = w->dtype == DT_Q8_0 ? (int64_t)cols / Q8_0_BLOCK : 1;
+		size_t q_bytes, d_bytes;
+		rc = ck_mul(m, cols, &q_bytes);
+		if (!rc)
+			rc = ck_align_up(q_bytes, 64, &q_bytes);
+		if (!rc)
+			rc = ck_mul(m * (size_t)c.n_xd, sizeof(float), &d_bytes);
+		if (!rc)
+			rc = ck_add(q_bytes, d_bytes, &shared);
+		c.xblock = (int64_t)(MM_XBLOCK_BYTES / cols) / MM_TX * MM_TX;
+		if (c.xblock < MM_TX)
+			c.xblock = MM_TX;
+		if (!rc && (rc = kpool_reserve(pool, 0, shared)) == 0) {
+			c.xq = kpool_shared(pool);
+			c.xd = (float *)(void *)((char *)c.xq + q_bytes);
+			kpool_run(pool, quantize_x_worker, &c);
+		}
+	}
+	if (!rc)
+		rc = kpool_reserve(pool, per_thread, shared);
+	if (rc == ERR_NOMEM || rc == ERR_OVERFLOW)
+		fn = fallback_worker;
+	else if (rc)
+		return rc;
+	kpool_run(pool, fn, &c);
+	return 0;
+}
+
+int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
+		    enum kcpu_isa isa)
+{
+	int rc = check_args(w, x, m, y);
+	if (rc)
+		return rc;
+	if ((unsigned)isa >= KCPU_ISA__COUNT || !kcpu_isa_supported(isa))
+		return ERR_UNSUPPORTED;
+	if (isa == KCPU_ISA_AUTO)
+		isa = kcpu_isa_best();
+	if (m == 0 || w->rows == 0)
+		return 0;
+	struct mm_call c = { .k = kernels_for(isa), .w = w, .x = x, .m = m, .y = y };
+	if (pool)
+		return run(pool, &c);
+	struct kpool *one;
+	if (kpool_create(1, &one)) {
+		kpool_run(NULL, fallback_worker, &c);
+		return 0;
+	}
+	rc = run(one, &c);
+	kpool_destroy(one);
+	return rc;
 }
 
 void kcpu_matmul(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y)
 {
-	struct mm_ctx c = { w, x, m, y };
-	kpool_run(pool, mm_worker, &c);
+	(void)kcpu_matmul_isa(pool, w, x, m, y, KCPU_ISA_AUTO);
 }

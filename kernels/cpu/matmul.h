@@ -37,4 +37,33 @@ void kcpu_dequant_row(const struct kmat *w, int64_t r, float *out);
 void kcpu_matmul_ref(const struct kmat *w, const float *x, int m, float *y);
 void kcpu_matmul(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y);
 
+/* --- additions (fast matmul work); the two calls above are unchanged --- */
+
+/* Reference of the integer path for Q8_0 and I8 weights: quantizes each X
+ * row exactly as kcpu_matmul does (kcpu_quantize_act_q8_0 / _i8 in quant.h),
+ * takes exact integer dot products per block (Q8_0) or per row (I8) and
+ * scales them in F32. For other dtypes it is kcpu_matmul_ref. */
+void kcpu_matmul_ref_xq(const struct kmat *w, const float *x, int m, float *y);
+
+/* Instruction-set paths of kcpu_matmul. AUTO picks the best the CPU has
+ * (AVX-512 F/BW/DQ/VL + VNNI, else AVX2 + FMA + F16C, else portable C). */
+enum kcpu_isa { KCPU_ISA_AUTO = 0, KCPU_ISA_SCALAR, KCPU_ISA_AVX2, KCPU_ISA_AVX512, KCPU_ISA__COUNT };
+
+/* Whether this build and this CPU can run isa (AUTO and SCALAR: always). */
+int kcpu_isa_supported(enum kcpu_isa isa);
+/* "auto", "scalar", "avx2", "avx512"; the path AUTO resolves to for kcpu_isa_best. */
+const char *kcpu_isa_name(enum kcpu_isa isa);
+enum kcpu_isa kcpu_isa_best(void);
+
+/* kcpu_matmul with an explicit path (tests and benchmarks compare them).
+ * Returns 0, ERR_INVAL (bad shape, dtype or scale count; y untouched) or
+ * ERR_UNSUPPORTED (isa not available here). Scratch memory comes from the
+ * pool (kpool_reserve); with pool == NULL a one-thread pool is made for the
+ * call. If scratch cannot be had (ERR_NOMEM), it falls back to a slow path
+ * with no scratch and still returns 0.
+ * kcpu_matmul(pool, w, x, m, y) is kcpu_matmul_isa(..., KCPU_ISA_AUTO) with
+ * the return value dropped: callers must pass valid shapes. */
+int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
+		    enum kcpu_isa isa);
+
 #endif

@@ -1,0 +1,328 @@
+/* kernels/cpu/matmul_avx512.c — AVX-512 (F/BW/DQ/VL) + VNNI inner kernels of
+ * kcpu_matmul (see matmul_impl.h). Compiled with target attributes so the
+ * binary still runs on CPUs without AVX-512; matmul.c only calls in after
+ * __builtin_cpu_supports says yes. Integer dots use vpdpbusd (u8 x s8): the
+ * activation side is made unsigned by adding 128 (xor 0x80) and the 128*sum(w)
+ * this adds is subtracted, computed once per weight vector. Tested against
+ * the references in tests/engine/test_matmul.c. */
+#include "matmul_impl.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define INLINE512 static inline __attribute__((always_inline)) T512
+
+/* 1 << n lanes set, n <= 16. */
+static inline __mmask16 low_mask16(int64_t n)
+{
+	return (__mmask16)((1u << n) - 1u);
+}
+
+/* FP8 E4M3 -> F16 bit pattern: same sign, exponent and mantissa moved into
+ * place; the F16 exponent bias is 8 more than E4M3's (15 vs 7), so the F16
+ * value is the E4M3 value * 2^-8 exactly (subnormals too); callers fold 2^8
+ * into the row scale. NaN (0x7F/0xFF) is not preserved. */
+INLINE512 __m256i f8_to_f16_bits(__m128i b)
+{
+	__m256i h = _mm256_cvtepu8_epi16(b);
+	__m256i mag = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7F)), 7);
+	__m256i sgn = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+	return _mm256_or_si256(mag, sgn);
+}
+
+T512 static void cvt_avx512(const struct kmat *w, int64_t r, int64_t k0, int64_t n, float *out)
+{
+	const int64_t off = r * w->cols + k0;
+	int64_t k = 0;
+	switch (w->dtype) {
+	case DT_F32:
+		memcpy(out, (const float *)w->data + off, (size_t)n * sizeof(float));
+		break;
+	case DT_F16: {
+		const uint16_t *p = (const uint16_t *)w->data + off;
+		for (; k + 16 <= n; k += 16)
+			_mm512_storeu_ps(out + k, _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p + k))));
+		if (k < n) {
+			__mmask16 mk = low_mask16(n - k);
+			_mm512_mask_storeu_ps(out + k, mk,
+					      _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, p + k)));
+		}
+		break;
+	}
+	case DT_BF16: {
+		const uint16_t *p = (const uint16_t *)w->data + off;
+		for (; k + 16 <= n; k += 16) {
+			__m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(p + k)));
+			_mm512_storeu_ps(out + k, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+		}
+		if (k < n) {
+			__mmask16 mk = low_mask16(n - k);
+			__m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, p + k));
+			_mm512_mask_storeu_ps(out + k, mk, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+		}
+		break;
+	}
+	case DT_F8_E4M3: {
+		const uint8_t *p = (const uint8_t *)w->data + off;
+		const __m512 s = _mm512_set1_ps(mm_row_scale(w, r) * 256.0f);
+		for (; k + 16 <= n; k += 16) {
+			__m256i h = f8_to_f16_bits(_mm_loadu_si128((const void *)(p + k)));
+			_mm512_storeu_ps(out + k, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
+		}
+		if (k < n) {
+			__mmask16 mk = low_mask16(n - k);
+			__m256i h = f8_to_f16_bits(_mm_maskz_loadu_epi8(mk, p + k));
+			_mm512_mask_storeu_ps(out + k, mk, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
+		}
+		break;
+	}
+	default:
+		memset(out, 0, (size_t)n * sizeof(float));
+		break;
+	}
+}
+
+/* ---- F32 dot tile ---------------------------------------------------------- */
+
+INLINE512 void dot_f32_tile(const int NW, const int NX, const float *w, int64_t ldw,
+			    const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy)
+{
+	__m512 acc[MM_TX][MM_TW];
+#pragma GCC unroll 4
+	for (int j = 0; j < NX; j++)
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			acc[j][i] = _mm512_setzero_ps();
+	int64_t k = 0;
+	for (; k + 16 <= n; k += 16) {
+		__m512 wv[MM_TW];
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			wv[i] = _mm512_loadu_ps(w + i * ldw + k);
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++) {
+			__m512 xv = _mm512_loadu_ps(x + j * ldx + k);
+#pragma GCC unroll 4
+			for (int i = 0; i < NW; i++)
+				acc[j][i] = _mm512_fmadd_ps(wv[i], xv, acc[j][i]);
+		}
+	}
+	if (k < n) {
+		__mmask16 mk = low_mask16(n - k);
+		__m512 wv[MM_TW];
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			wv[i] = _mm512_maskz_loadu_ps(mk, w + i * ldw + k);
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++) {
+			__m512 xv = _mm512_maskz_loadu_ps(mk, x + j * ldx + k);
+#pragma GCC unroll 4
+			for (int i = 0; i < NW; i++)
+				acc[j][i] = _mm512_fmadd_ps(wv[i], xv, acc[j][i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int j = 0; j < NX; j++)
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			y[j * ldy + i] = _mm512_reduce_add_ps(acc[j][i]);
+}
+
+T512 static void dot_f32_avx512(int nw, int nx, const float *w, int64_t ldw, const float *x,
+				int64_t ldx, int64_t n, float *y, int64_t ldy)
+{
+	MM_TILE_DISPATCH(dot_f32_tile, nw, nx, w, ldw, x, ldx, n, y, ldy);
+}
+
+/* ---- Q8_0 dot tile ---------------------------------------------------------- */
+
+/* Two consecutive Q8_0 blocks' quants in one register (the second may be
+ * absent: zeros, which contribute nothing). */
+INLINE512 __m512i load_q8_pair(const struct q8_0_block *b, int two)
+{
+	__m512i lo = _mm512_zextsi256_si512(_mm256_loadu_si256((const void *)b[0].qs));
+	return two ? _mm512_inserti64x4(lo, _mm256_loadu_si256((const void *)b[1].qs), 1) : lo;
+}
+
+INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *w, int64_t nb,
+			   const int8_t *xq, const float *xd, float *y, int64_t ldy)
+{
+	const __m512i c80 = _mm512_set1_epi8((char)0x80);
+	const __m512i zero = _mm512_setzero_si512();
+	/* lanes 0-7 take the first block's scale, lanes 8-15 the second's */
+	const __m512i pair_idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+	__m512 acc[MM_TX][MM_TW];
+#pragma GCC unroll 4
+	for (int j = 0; j < NX; j++)
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			acc[j][i] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b += 2) {
+		const int two = b + 1 < nb;
+		__m512i wv[MM_TW], corr[MM_TW];
+		__m512 dw[MM_TW];
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++) {
+			const struct q8_0_block *p = w + i * nb + b;
+			wv[i] = load_q8_pair(p, two);
+			corr[i] = _mm512_dpbusd_epi32(zero, c80, wv[i]);
+			__m256 d0 = _mm256_set1_ps(_cvtsh_ss(p[0].d));
+			__m256 d1 = two ? _mm256_set1_ps(_cvtsh_ss(p[1].d)) : _mm256_setzero_ps();
+			dw[i] = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+		}
+		const __mmask64 xm = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++) {
+			const int8_t *xp = xq + j * nb * Q8_0_BLOCK + b * Q8_0_BLOCK;
+			__m512i xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(xm, xp), c80);
+			const float *dp = xd + j * nb + b;
+			__m128 d2 = two ? _mm_castsi128_ps(_mm_loadl_epi64((const void *)dp))
+					: _mm_set_ss(dp[0]);
+			__m512 dx = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(d2));
+#pragma GCC unroll 4
+			for (int i = 0; i < NW; i++) {
+				__m512i s = _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, xv, wv[i]), corr[i]);
+				acc[j][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+							    _mm512_mul_ps(dx, dw[i]), acc[j][i]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int j = 0; j < NX; j++)
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			y[j * ldy + i] = _mm512_reduce_add_ps(acc[j][i]);
+}
+
+T512 static void dot_q8_avx512(int nw, int nx, const struct q8_0_block *w, int64_t nb,
+			       const int8_t *xq, const float *xd, float *y, int64_t ldy)
+{
+	MM_TILE_DISPATCH(dot_q8_tile, nw, nx, w, nb, xq, xd, y, ldy);
+}
+
+/* ---- I8 dot tile -------------------------------------------------------------- */
+
+INLINE512 void dot_i8_tile(const int NW, const int NX, const int8_t *w, int64_t ldw,
+			   const int8_t *xq, int64_t ldx, int64_t n, int32_t *isum)
+{
+	const __m512i c80 = _mm512_set1_epi8((char)0x80);
+	__m512i acc[MM_TX][MM_TW], corr[MM_TW];
+#pragma GCC unroll 4
+	for (int i = 0; i < NW; i++) {
+		corr[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++)
+			acc[j][i] = _mm512_setzero_si512();
+	}
+	for (int64_t k = 0; k < n; k += 64) {
+		/* the tail loads zeros for both sides past n: w = 0 adds nothing */
+		const __mmask64 mk = n - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - k)) - 1);
+		__m512i wv[MM_TW];
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++) {
+			wv[i] = _mm512_maskz_loadu_epi8(mk, w + i * ldw + k);
+			corr[i] = _mm512_dpbusd_epi32(corr[i], c80, wv[i]);
+		}
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++) {
+			__m512i xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, xq + j * ldx + k), c80);
+#pragma GCC unroll 4
+			for (int i = 0; i < NW; i++)
+				acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], xv, wv[i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int j = 0; j < NX; j++)
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			isum[j * MM_TW + i] =
+				_mm512_reduce_add_epi32(_mm512_sub_epi32(acc[j][i], corr[i]));
+}
+
+T512 static void dot_i8_avx512(int nw, int nx, const int8_t *w, int64_t ldw, const int8_t *xq,
+			       int64_t ldx, int64_t n, int32_t *isum)
+{
+	MM_TILE_DISPATCH(dot_i8_tile, nw, nx, w, ldw, xq, ldx, n, isum);
+}
+
+/* ---- GEMM micro-kernel: 8 rows of X x 32 columns of a packed W panel ---------- */
+
+#define MR512 8
+#define NR512 32
+
+INLINE512 void gemm_tile(const int MR, int64_t kc, const float *panel, const float *x, int64_t ldx,
+			 float *y, int64_t ldy, int nv, int accumulate)
+{
+	__m512 c0[MR512], c1[MR512];
+#pragma GCC unroll 8
+	for (int i = 0; i < MR; i++) {
+		c0[i] = _mm512_setzero_ps();
+		c1[i] = _mm512_setzero_ps();
+	}
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_load_ps(panel + k * NR512);
+		__m512 b1 = _mm512_load_ps(panel + k * NR512 + 16);
+#pragma GCC unroll 8
+		for (int i = 0; i < MR; i++) {
+			__m512 a = _mm512_set1_ps(x[i * ldx + k]);
+			c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+			c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+		}
+	}
+	const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
+	const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv > 16 ? low_mask16(nv - 16) : 0;
+#pragma GCC unroll 8
+	for (int i = 0; i < MR; i++) {
+		float *yi = y + i * ldy;
+		if (accumulate) {
+			c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(m0, yi));
+			c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, yi + 16));
+		}
+		_mm512_mask_storeu_ps(yi, m0, c0[i]);
+		_mm512_mask_storeu_ps(yi + 16, m1, c1[i]);
+	}
+}
+
+T512 static void gemm_avx512(int mr, int64_t kc, const float *panel, const float *x, int64_t ldx,
+			     float *y, int64_t ldy, int nv, int accumulate)
+{
+	switch (mr) {
+	case 1: gemm_tile(1, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 2: gemm_tile(2, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 3: gemm_tile(3, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 4: gemm_tile(4, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 5: gemm_tile(5, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 6: gemm_tile(6, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 7: gemm_tile(7, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 8: gemm_tile(8, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	default: break;
+	}
+}
+
+static const struct mm_kernels avx512_kernels = {
+	.name = "avx512",
+	.cvt = cvt_avx512,
+	.dot_f32 = dot_f32_avx512,
+	.dot_q8 = dot_q8_avx512,
+	.dot_i8 = dot_i8_avx512,
+	.mr = MR512,
+	.nr = NR512,
+	.gemm = gemm_avx512,
+};
+
+const struct mm_kernels *mm_kernels_avx512(void)
+{
+	return &avx512_kernels;
+}
+
+#else
+
+const struct mm_kernels *mm_kernels_avx512(void)
+{
+	return NULL;
+}
+
+#endif

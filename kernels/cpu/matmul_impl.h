@@ -1,0 +1,81 @@
+/* kernels/cpu/matmul_impl.h — internal to kernels/cpu: the per-instruction-set
+ * inner kernels behind kcpu_matmul. matmul.c owns the loops, threading and
+ * scratch; matmul_scalar.c, matmul_avx2.c and matmul_avx512.c each fill one
+ * read-only table. Tile shapes: a "dot tile" is up to MM_TW weight rows times
+ * up to MM_TX activation rows, reduced along k; the GEMM micro-kernel is the
+ * usual broadcast kernel over a packed (kc, nr) F32 panel of W.
+ */
+#ifndef AORTA_KERNELS_CPU_MATMUL_IMPL_H
+#define AORTA_KERNELS_CPU_MATMUL_IMPL_H
+
+#include <stdint.h>
+
+#include "kernels/cpu/matmul.h"
+
+#define MM_TW 4 /* weight rows per dot tile */
+#define MM_TX 4 /* activation rows per dot tile */
+
+struct mm_kernels {
+	const char *name;
+	/* out[0, n) = W[r, k0 .. k0+n) in F32 with the row scale applied.
+	 * Float dtypes only: F32, F16, BF16, F8_E4M3. */
+	void (*cvt)(const struct kmat *w, int64_t r, int64_t k0, int64_t n, float *out);
+	/* y[j*ldy + i] = sum_k w[i*ldw + k] * x[j*ldx + k], i < nw, j < nx
+	 * (1 <= nw <= MM_TW, 1 <= nx <= MM_TX). */
+	void (*dot_f32)(int nw, int nx, const float *w, int64_t ldw, const float *x, int64_t ldx,
+			int64_t n, float *y, int64_t ldy);
+	/* Q8_0 x Q8_0-style activations: w is nw rows of nb blocks (row stride
+	 * nb); xq has nb*32 int8 per row and xd nb scales per row (row strides
+	 * nb*32 and nb). y[j*ldy + i] = sum_b d_w * d_x * (exact int dot of block b). */
+	void (*dot_q8)(int nw, int nx, const struct q8_0_block *w, int64_t nb, const int8_t *xq,
+		       const float *xd, float *y, int64_t ldy);
+	/* I8: isum[j*MM_TW + i] = exact sum_k w[i*ldw + k] * xq[j*ldx + k], n <= 2^16. */
+	void (*dot_i8)(int nw, int nx, const int8_t *w, int64_t ldw, const int8_t *xq, int64_t ldx,
+		       int64_t n, int32_t *isum);
+	/* GEMM micro-kernel (NULL when the path has none): for i < mr, c < nv:
+	 * y[i*ldy + c] (+)= sum_{k<kc} x[i*ldx + k] * panel[k*nr + c]; columns
+	 * nv..nr of the panel are zero padding and are not stored. */
+	int mr, nr;
+	void (*gemm)(int mr, int64_t kc, const float *panel, const float *x, int64_t ldx, float *y,
+		     int64_t ldy, int nv, int accumulate);
+};
+
+const struct mm_kernels *mm_kernels_scalar(void);
+/* NULL when not built for this architecture. */
+const struct mm_kernels *mm_kernels_avx2(void);
+const struct mm_kernels *mm_kernels_avx512(void);
+
+static inline float mm_row_scale(const struct kmat *w, int64_t r)
+{
+	if (!w->scale)
+		return 1.0f;
+	return w->n_scale == 1 ? w->scale[0] : w->scale[r];
+}
+
+/* Calls fn(NW, NX, args...) with compile-time tile sizes for runtime nw, nx
+ * (1..4 each), so SIMD files can write a tile once as an always_inline
+ * function and get 16 register-allocated instances. */
+#define MM_TILE_DISPATCH(fn, nw, nx, ...)                                          \
+	do {                                                                       \
+		switch ((nw) * 8 + (nx)) {                                         \
+		case 011: fn(1, 1, __VA_ARGS__); break;                            \
+		case 012: fn(1, 2, __VA_ARGS__); break;                            \
+		case 013: fn(1, 3, __VA_ARGS__); break;                            \
+		case 014: fn(1, 4, __VA_ARGS__); break;                            \
+		case 021: fn(2, 1, __VA_ARGS__); break;                            \
+		case 022: fn(2, 2, __VA_ARGS__); break;                            \
+		case 023: fn(2, 3, __VA_ARGS__); break;                            \
+		case 024: fn(2, 4, __VA_ARGS__); break;                            \
+		case 031: fn(3, 1, __VA_ARGS__); break;                            \
+		case 032: fn(3, 2, __VA_ARGS__); break;                            \
+		case 033: fn(3, 3, __VA_ARGS__); break;                            \
+		case 034: fn(3, 4, __VA_ARGS__); break;                            \
+		case 041: fn(4, 1, __VA_ARGS__); break;                            \
+		case 042: fn(4, 2, __VA_ARGS__); break;                            \
+		case 043: fn(4, 3, __VA_ARGS__); break;                            \
+		case 044: fn(4, 4, __VA_ARGS__); break;                            \
+		default: break;                                                    \
+		}                                                                  \
+	} while (0)
+
+#endif

@@ -4,6 +4,7 @@
 #ifndef AORTA_SERVER_COMMANDS_H
 #define AORTA_SERVER_COMMANDS_H
 
+int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 

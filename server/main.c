@@ -12,6 +12,7 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
+	{ "bench", "benchmark the engine (bench engine) or a server", cmd_bench },
 	{ "serve", "serve a model over an OpenAI-compatible HTTP API", cmd_serve },
 	{ "version", "print the version and build features", cmd_version },
 };

@@ -1,0 +1,534 @@
+/* server/cmd_bench.c — `aorta bench SUBCOMMAND`: dispatch on the second word.
+ *
+ * `aorta bench engine`: the engine alone, no HTTP. In one run: a STREAM-like
+ * triad (memory bandwidth) and an FMA loop (peak FLOP/s) on the same threads,
+ * prefill tokens/s of one long prompt, and decode tokens/s at several batch
+ * sizes, with decode reported as achieved bandwidth = weight bytes read per
+ * step / step time, as a fraction of the measured triad bandwidth.
+ * `--synthetic` builds a random model of a given shape in memory (weights
+ * tiled from a random pool: timing does not depend on the values).
+ * Decode sequences attend over a KV context of --decode-ctx positions that
+ * was not prefilled (zeros): the cost is the same, and the run stays short.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "engine/engine.h"
+#include "kernels/cpu/pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BENCH_X86 1
+#else
+#define BENCH_X86 0
+#endif
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- a synthetic model --------------------------------------------------------- */
+
+struct synth {
+	struct model m;
+	void **bufs;
+	int n_bufs;
+};
+
+static void *synth_keep(struct synth *s, size_t n)
+{
+	void **nb = realloc(s->bufs, (size_t)(s->n_bufs + 1) * sizeof *nb);
+	if (!nb)
+		return NULL;
+	s->bufs = nb;
+	void *p = malloc(n ? n : 1);
+	if (p)
+		s->bufs[s->n_bufs++] = p;
+	return p;
+}
+
+static void synth_free(struct synth *s)
+{
+	for (int i = 0; i < s->n_bufs; i++)
+		free(s->bufs[i]);
+	free(s->bufs);
+	free(s->m.w.layers);
+}
+
+/* A pool of random encoded values; tensors are tiled from it at shifting
+ * offsets. Values are uniform in +-scale. */
+#define POOL_BYTES (1u << 22)
+
+static int synth_tensor(struct synth *s, struct tensor *t, const uint8_t *pool, enum dtype dt,
+			int64_t rows, int64_t cols, uint64_t *shift)
+{
+	uint64_t row_bytes, n;
+	if (dtype_row_bytes(dt, (uint64_t)cols, &row_bytes))
+		return ERR_INVAL;
+	n = row_bytes * (uint64_t)(rows > 0 ? rows : 1);
+	uint8_t *p = synth_keep(s, n);
+	if (!p)
+		return ERR_NOMEM;
+	size_t unit = dtype_block_bytes(dt);
+	for (uint64_t off = 0; off < n;) {
+		uint64_t start = (*shift += 4099) % (POOL_BYTES / 2);
+		start -= start % unit; /* keep Q8_0 blocks whole */
+		uint64_t len = n - off < POOL_BYTES / 2 ? n - off : POOL_BYTES / 2;
+		memcpy(p + off, pool + start, len);
+		off += len;
+	}
+	t->dtype = dt;
+	t->data = p;
+	t->n_bytes = n;
+	t->n_dims = rows > 0 ? 2 : 1;
+	t->shape[0] = rows > 0 ? rows : cols;
+	t->shape[1] = rows > 0 ? cols : 0;
+	return 0;
+}
+
+static int synth_build(struct synth *s, const struct model_config *c, enum dtype dt)
+{
+	memset(s, 0, sizeof *s);
+	s->m.cfg = *c;
+	uint8_t *wpool = synth_keep(s, POOL_BYTES), *vpool = synth_keep(s, POOL_BYTES);
+	s->m.w.layers = calloc((size_t)c->n_layers, sizeof *s->m.w.layers);
+	if (!wpool || !vpool || !s->m.w.layers)
+		return ERR_NOMEM;
+	uint64_t x = 88172645463325252ull;
+	const float scale = 1.0f / sqrtf((float)c->hidden);
+	size_t ub = dtype_block_bytes(dt), ue = dtype_block_elems(dt);
+	for (size_t i = 0; i + ub <= POOL_BYTES; i += ub) {
+		float v[32];
+		for (size_t k = 0; k < ue; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			v[k] = scale * ((float)(x >> 40) / (float)(1u << 24) * 2.0f - 1.0f);
+		}
+		uint8_t *o = wpool + i;
+		if (dt == DT_F32) {
+			memcpy(o, v, 4);
+		} else if (dt == DT_F16 || dt == DT_BF16) {
+			uint16_t h = dt == DT_F16 ? f32_to_f16(v[0]) : f32_to_bf16(v[0]);
+			memcpy(o, &h, 2);
+		} else { /* Q8_0 */
+			struct q8_0_block b;
+			b.d = f32_to_f16(scale / 127.0f);
+			for (int k = 0; k < Q8_0_BLOCK; k++)
+				b.qs[k] = (int8_t)lrintf(v[k] / scale * 127.0f);
+			memcpy(o, &b, sizeof b);
+		}
+	}
+	for (size_t i = 0; i + 4 <= POOL_BYTES; i += 4) { /* norm weights: ~1 */
+		float one = 1.0f;
+		memcpy(vpool + i, &one, 4);
+	}
+	uint64_t sh = 0;
+	const int64_t H = c->hidden, q = (int64_t)c->n_heads * c->head_dim,
+		      kv = (int64_t)c->n_kv_heads * c->head_dim;
+	int rc = synth_tensor(s, &s->m.w.tok_embd, wpool, dt, c->vocab, H, &sh);
+	rc = rc ? rc : synth_tensor(s, &s->m.w.out_norm, vpool, DT_F32, 0, H, &sh);
+	if (!c->tied_embeddings)
+		rc = rc ? rc : synth_tensor(s, &s->m.w.lm_head, wpool, dt, c->vocab, H, &sh);
+	for (int l = 0; l < c->n_layers && !rc; l++) {
+		struct layer_weights *w = &s->m.w.layers[l];
+		if ((rc = synth_tensor(s, &w->attn_norm, vpool, DT_F32, 0, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->ffn_norm, vpool, DT_F32, 0, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->wq, wpool, dt, q, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->wk, wpool, dt, kv, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->wv, wpool, dt, kv, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->wo, wpool, dt, H, q, &sh)) ||
+		    (rc = synth_tensor(s, &w->w_gate, wpool, dt, c->ffn, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->w_up, wpool, dt, c->ffn, H, &sh)) ||
+		    (rc = synth_tensor(s, &w->w_down, wpool, dt, H, c->ffn, &sh)))
+			break;
+	}
+	return rc;
+}
+
+/* Bytes of the weight matrices one decode step reads (every projection and
+ * the LM head; embedding gathers and norm vectors are negligible). */
+static double step_weight_bytes(const struct model *m)
+{
+	double b = (double)(m->cfg.tied_embeddings || !m->w.lm_head.data ? m->w.tok_embd.n_bytes
+									  : m->w.lm_head.n_bytes);
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		const struct layer_weights *w = &m->w.layers[l];
+		b += (double)w->wq.n_bytes + w->wk.n_bytes + w->wv.n_bytes + w->wo.n_bytes +
+		     w->w_gate.n_bytes + w->w_up.n_bytes + w->w_down.n_bytes;
+	}
+	return b;
+}
+
+/* ---- machine probes -------------------------------------------------------------- */
+
+struct triad {
+	float *a, *b, *c;
+	long n;
+};
+
+static void triad_job(void *p, int ith, int nth)
+{
+	struct triad *t = p;
+	long i0, i1;
+	kpool_split(t->n, ith, nth, &i0, &i1);
+	for (long i = i0; i < i1; i++)
+		t->a[i] = t->b[i] + 3.0f * t->c[i];
+}
+
+/* Best of 5 triads over 3 arrays of 128 MiB: bytes moved = 3 * n * 4 (the
+ * STREAM convention, write-allocate traffic not counted). */
+static double probe_bandwidth(struct kpool *pool)
+{
+	struct triad t = { .n = 32l << 20 };
+	t.a = malloc((size_t)t.n * 4);
+	t.b = malloc((size_t)t.n * 4);
+	t.c = malloc((size_t)t.n * 4);
+	if (!t.a || !t.b || !t.c) {
+		free(t.a), free(t.b), free(t.c);
+		return 0;
+	}
+	for (long i = 0; i < t.n; i++)
+		t.a[i] = 0, t.b[i] = 1, t.c[i] = 2;
+	double best = 1e30;
+	for (int r = 0; r < 5; r++) {
+		double t0 = now_s();
+		kpool_run(pool, triad_job, &t);
+		double dt = now_s() - t0;
+		if (dt < best)
+			best = dt;
+	}
+	double gbs = 3.0 * (double)t.n * 4 / best / 1e9;
+	free(t.a), free(t.b), free(t.c);
+	return gbs;
+}
+
+struct fma_probe {
+	double flops[1024];
+	int wide; /* 2 = AVX-512, 1 = AVX2, 0 = scalar */
+};
+
+#if BENCH_X86
+__attribute__((target("avx512f"))) static float fma_loop_512(long iters)
+{
+	__m512 a[12], m = _mm512_set1_ps(0.999999f), k = _mm512_set1_ps(1e-7f);
+	for (int i = 0; i < 12; i++)
+		a[i] = _mm512_set1_ps((float)i);
+	for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+		for (int i = 0; i < 12; i++)
+			a[i] = _mm512_fmadd_ps(a[i], m, k);
+	for (int i = 1; i < 12; i++)
+		a[0] = _mm512_add_ps(a[0], a[i]);
+	return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_loop_256(long iters)
+{
+	__m256 a[12], m = _mm256_set1_ps(0.999999f), k = _mm256_set1_ps(1e-7f);
+	for (int i = 0; i < 12; i++)
+		a[i] = _mm256_set1_ps((float)i);
+	for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+		for (int i = 0; i < 12; i++)
+			a[i] = _mm256_fmadd_ps(a[i], m, k);
+	float out[8];
+	for (int i = 1; i < 12; i++)
+		a[0] = _mm256_add_ps(a[0], a[i]);
+	_mm256_storeu_ps(out, a[0]);
+	return out[0] + out[7];
+}
+#endif
+
+static void fma_job(void *p, int ith, int nth)
+{
+	struct fma_probe *f = p;
+	(void)nth;
+	const long iters = 10l * 1000 * 1000;
+	double t0 = now_s();
+	volatile float sink = 0;
+	double lanes = 1;
+#if BENCH_X86
+	if (f->wide == 2) {
+		sink = fma_loop_512(iters);
+		lanes = 16;
+	} else if (f->wide == 1) {
+		sink = fma_loop_256(iters);
+		lanes = 8;
+	}
+#endif
+	if (f->wide == 0) {
+		float a = 1;
+		for (long i = 0; i < iters * 12; i++)
+			a = a * 0.999999f + 1e-7f;
+		sink = a;
+	}
+	(void)sink;
+	double dt = now_s() - t0;
+	if (ith < 1024)
+		f->flops[ith] = 2.0 * lanes * 12.0 * (double)iters / dt;
+}
+
+/* Sum over threads of independent-FMA throughput (GFLOP/s). */
+static double probe_fma(struct kpool *pool)
+{
+	struct fma_probe f = { .wide = 0 };
+#if BENCH_X86
+	__builtin_cpu_init();
+	f.wide = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("fma") ? 1 : 0;
+#endif
+	double best = 0; /* best of 3: other processes share these cores */
+	for (int r = 0; r < 3; r++) {
+		kpool_run(pool, fma_job, &f);
+		double total = 0;
+		for (int i = 0; i < kpool_size(pool) && i < 1024; i++)
+			total += f.flops[i];
+		best = total > best ? total : best;
+	}
+	return best / 1e9;
+}
+
+/* ---- engine runs ------------------------------------------------------------------ */
+
+static int run_prefill(struct engine *e, int n, int vocab, double *tok_s)
+{
+	int32_t *tok = malloc((size_t)n * 3 * sizeof(int32_t) + 64 * sizeof(int32_t));
+	float *logits = malloc((size_t)vocab * sizeof(float));
+	if (!tok || !logits) {
+		free(tok), free(logits);
+		return ERR_NOMEM;
+	}
+	int32_t *pos = tok + n, *slots = pos + n, *table = slots + n;
+	const int bs = 16;
+	for (int j = 0; j < (n + bs - 1) / bs && j < 64; j++)
+		table[j] = j;
+	for (int i = 0; i < n; i++) {
+		tok[i] = (i * 31 + 7) % vocab;
+		pos[i] = i;
+		slots[i] = i;
+	}
+	int32_t start[2] = { 0, n }, ctx = n, row = n - 1;
+	struct engine_batch b = { .n_tokens = n, .tokens = tok, .positions = pos,
+				  .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
+				  .context_len = &ctx, .block_tables = table,
+				  .max_blocks_per_seq = 64, .n_logits = 1, .logits_rows = &row };
+	double t0 = now_s();
+	int rc = engine_forward(e, &b, logits);
+	*tok_s = n / (now_s() - t0);
+	free(tok), free(logits);
+	return rc;
+}
+
+/* Decode steps of B sequences; sequence s owns blocks [s*64, s*64+64). */
+static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, double *step_s)
+{
+	const int bs = 16, mb = 64;
+	int32_t *buf = malloc(sizeof(int32_t) * ((size_t)B * (6 + mb) + 1));
+	float *logits = malloc((size_t)B * vocab * sizeof(float));
+	if (!buf || !logits) {
+		free(buf), free(logits);
+		return ERR_NOMEM;
+	}
+	int32_t *tok = buf, *pos = tok + B, *slots = pos + B, *ctx = slots + B, *rows = ctx + B,
+		*start = rows + B, *table = start + B + 1;
+	for (int s = 0; s < B; s++)
+		for (int j = 0; j < mb; j++)
+			table[s * mb + j] = s * mb + j;
+	int rc = 0;
+	double total = 0;
+	for (int it = 0; it < steps + 1 && !rc; it++) { /* step 0 warms up */
+		for (int s = 0; s < B; s++) {
+			int p = ctx0 + it;
+			tok[s] = (s * 13 + it) % vocab;
+			pos[s] = p;
+			slots[s] = table[s * mb + p / bs] * bs + p % bs;
+			ctx[s] = p + 1;
+			rows[s] = s;
+			start[s] = s;
+		}
+		start[B] = B;
+		struct engine_batch b = { .n_tokens = B, .tokens = tok, .positions = pos,
+					  .slot_mapping = slots, .n_seqs = B, .seq_start = start,
+					  .context_len = ctx, .block_tables = table,
+					  .max_blocks_per_seq = mb, .n_logits = B, .logits_rows = rows };
+		double t0 = now_s();
+		rc = engine_forward(e, &b, logits);
+		if (it > 0)
+			total += now_s() - t0;
+	}
+	*step_s = total / steps;
+	free(buf), free(logits);
+	return rc;
+}
+
+static int bench_engine(int argc, char **argv)
+{
+	const char *model_path = NULL, *dtype_s = "f16", *kv_s = "f32", *quant_s = "none";
+	const char *batches_s = "1,4,16,64";
+	bool synthetic = false;
+	int threads = 0, layers = 16, hidden = 2048, heads = 32, kv_heads = 8, ffn = 8192;
+	int vocab = 32000, prompt = 512, decode_ctx = 128, steps = 8;
+	const struct cli_opt opts[] = {
+		{ "model", CLI_STR, &model_path, "PATH", "model file or directory (needs the loader)" },
+		{ "synthetic", CLI_BOOL, &synthetic, NULL, "random in-memory model of the shape below" },
+		{ "dtype", CLI_STR, &dtype_s, "T", "synthetic weight dtype: f32|f16|bf16|q8_0" },
+		{ "layers", CLI_INT, &layers, "N", "synthetic: layers (16)" },
+		{ "hidden", CLI_INT, &hidden, "N", "synthetic: hidden size (2048)" },
+		{ "heads", CLI_INT, &heads, "N", "synthetic: query heads (32)" },
+		{ "kv-heads", CLI_INT, &kv_heads, "N", "synthetic: KV heads (8)" },
+		{ "ffn", CLI_INT, &ffn, "N", "synthetic: FFN size (8192)" },
+		{ "vocab", CLI_INT, &vocab, "N", "synthetic: vocabulary (32000)" },
+		{ "threads", CLI_INT, &threads, "N", "worker threads (0 = all cores)" },
+		{ "kv-cache-dtype", CLI_STR, &kv_s, "T", "f32|f16" },
+		{ "quantization", CLI_STR, &quant_s, "Q", "none|int8|fp8 (converts 16-bit weights)" },
+		{ "prompt", CLI_INT, &prompt, "N", "prefill prompt length (512)" },
+		{ "batches", CLI_STR, &batches_s, "LIST", "decode batch sizes (1,4,16,64)" },
+		{ "decode-ctx", CLI_INT, &decode_ctx, "N", "KV positions each decode attends over (128)" },
+		{ "steps", CLI_INT, &steps, "N", "timed decode steps per batch size (8)" },
+	};
+	const struct cli_cmd cmd = {
+		.name = "bench engine",
+		.summary = "Benchmark the engine: bandwidth/FMA probes, prefill and decode.",
+		.usage = "aorta bench engine (--model PATH | --synthetic) [options]",
+		.opts = opts,
+		.n_opts = (int)(sizeof opts / sizeof opts[0]),
+	};
+	const char *pos[1];
+	int n_pos;
+	int rc = cli_parse(&cmd, argc, argv, pos, &n_pos, stdout, stderr);
+	if (rc == CLI_HELP)
+		return 0;
+	if (rc)
+		return 2;
+	enum dtype wdt, kvdt;
+	if (dtype_parse(dtype_s, &wdt) || !(wdt == DT_F32 || wdt == DT_F16 || wdt == DT_BF16 ||
+					   wdt == DT_Q8_0) ||
+	    dtype_parse(kv_s, &kvdt)) {
+		fprintf(stderr, "bench engine: bad --dtype or --kv-cache-dtype\n");
+		return 2;
+	}
+	enum dtype quant = !strcmp(quant_s, "int8") ? DT_I8
+			   : !strcmp(quant_s, "fp8") ? DT_F8_E4M3
+						     : DT_F32;
+	if (quant == DT_F32 && strcmp(quant_s, "none")) {
+		fprintf(stderr, "bench engine: --quantization must be none, int8 or fp8\n");
+		return 2;
+	}
+	if (model_path && !synthetic) {
+		fprintf(stderr, "bench engine: loading --model files is not wired yet (the loader "
+				"is in progress); use --synthetic\n");
+		return 1;
+	}
+	if (prompt < 1 || prompt > 1024 || decode_ctx < 0 || decode_ctx + steps + 1 > 1024 ||
+	    steps < 1 || heads <= 0 || kv_heads <= 0 || hidden % heads) {
+		fprintf(stderr, "bench engine: --prompt 1..1024, --decode-ctx + --steps < 1024, "
+				"hidden divisible by heads\n");
+		return 2;
+	}
+	int batches[16], n_batches = 0, max_b = 1;
+	for (const char *p = batches_s; *p && n_batches < 16;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 1 || v > 256) {
+			fprintf(stderr, "bench engine: bad --batches\n");
+			return 2;
+		}
+		batches[n_batches++] = (int)v;
+		max_b = v > max_b ? (int)v : max_b;
+		p = *end == ',' ? end + 1 : end;
+	}
+
+	struct model_config c = { .arch = ARCH_LLAMA, .n_layers = layers, .hidden = hidden,
+				  .n_heads = heads, .n_kv_heads = kv_heads,
+				  .head_dim = hidden / heads, .ffn = ffn, .vocab = vocab,
+				  .rope_theta = 10000.0f, .rms_eps = 1e-5f, .max_ctx = 4096,
+				  .bos_id = -1, .eos_id = -1 };
+	snprintf(c.name, sizeof c.name, "synthetic");
+	struct synth s;
+	double t0 = now_s();
+	if ((rc = synth_build(&s, &c, wdt))) {
+		fprintf(stderr, "bench engine: building the model: %s\n", err_str(rc));
+		synth_free(&s);
+		return 1;
+	}
+	const double wbytes = step_weight_bytes(&s.m);
+	printf("model: synthetic %d layers, hidden %d, heads %d/%d, ffn %d, vocab %d, %s; "
+	       "%.2f GB of matrices (built in %.1f s)\n",
+	       layers, hidden, heads, kv_heads, ffn, vocab, dtype_name(wdt), wbytes / 1e9,
+	       now_s() - t0);
+
+	int tokens = prompt > max_b ? prompt : max_b;
+	struct engine_opts eo = { .n_threads = threads, .block_size = 16,
+				  .n_kv_blocks = (max_b > 16 ? max_b : 16) * 64,
+				  .kv_dtype = kvdt, .quantization = quant,
+				  .max_batch_tokens = tokens, .max_seqs = max_b,
+				  .max_blocks_per_seq = 64 };
+	struct engine *e;
+	struct diag d = { 0 };
+	if ((rc = engine_create(&s.m, &eo, &e, &d))) {
+		fprintf(stderr, "bench engine: %s\n", d.msg);
+		synth_free(&s);
+		return 1;
+	}
+	struct kpool *pool;
+	if (kpool_create(threads, &pool)) {
+		engine_destroy(e);
+		synth_free(&s);
+		return 1;
+	}
+	const int nth = kpool_size(pool);
+	double bw = probe_bandwidth(pool);
+	double peak = probe_fma(pool);
+	kpool_destroy(pool);
+	printf("machine: %d threads; triad bandwidth %.1f GB/s; FMA peak %.1f GFLOP/s "
+	       "(shared machine: figures are noisy)\n", nth, bw, peak);
+
+	double ptps;
+	if ((rc = run_prefill(e, prompt, vocab, &ptps))) {
+		fprintf(stderr, "bench engine: prefill failed: %s\n", err_str(rc));
+	} else {
+		double gflops = 2.0 * wbytes / (double)dtype_block_bytes(wdt) *
+				(double)dtype_block_elems(wdt) * ptps / 1e9;
+		printf("prefill: %d tokens: %.1f tokens/s, %.1f GFLOP/s of matmul (%.0f%% of FMA peak)\n",
+		       prompt, ptps, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0);
+	}
+	double tps1 = 0;
+	for (int i = 0; i < n_batches && !rc; i++) {
+		double step;
+		if ((rc = run_decode(e, batches[i], decode_ctx, steps, vocab, &step))) {
+			fprintf(stderr, "bench engine: decode failed: %s\n", err_str(rc));
+			break;
+		}
+		double tps = batches[i] / step, abw = wbytes / step / 1e9;
+		if (batches[i] == 1)
+			tps1 = tps;
+		printf("decode: batch %3d: %8.1f tokens/s, step %7.2f ms, weights %.1f GB/s = %3.0f%% "
+		       "of triad%s", batches[i], tps, step * 1e3, abw, bw > 0 ? 100.0 * abw / bw : 0.0,
+		       tps1 > 0 && batches[i] > 1 ? "" : "\n");
+		if (tps1 > 0 && batches[i] > 1)
+			printf(", %.1fx batch 1\n", tps / tps1);
+	}
+	engine_destroy(e);
+	synth_free(&s);
+	return rc ? 1 : 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
+		FILE *out = argc < 1 ? stderr : stdout;
+		fprintf(out, "Usage: aorta bench engine [options]   benchmark the engine alone\n"
+			     "Run 'aorta bench engine --help' for its options.\n");
+		return argc < 1 ? 2 : 0;
+	}
+	if (!strcmp(argv[0], "engine"))
+		return bench_engine(argc - 1, argv + 1);
+	fprintf(stderr, "aorta bench: unknown benchmark '%s'\n", argv[0]);
+	return 2;
+}

@@ -103,6 +103,9 @@ struct model_weights {
 	struct layer_weights *layers; /* [n_layers] */
 	struct tensor out_norm;	      /* (hidden) */
 	struct tensor lm_head;	      /* (vocab, hidden); a copy of tok_embd's view when tied */
+	/* (head_dim/2) F32, optional: llama.cpp stores llama3 rope scaling as
+	 * per-frequency divisors (freq_i /= rope_freqs[i]) instead of keys. */
+	struct tensor rope_freqs;
 };
 
 enum model_format { MODEL_FORMAT_GGUF = 0, MODEL_FORMAT_HF = 1 };

@@ -1,0 +1,487 @@
+/* server/bench_http.c — the benchmark's HTTP/1.1 client: an incremental
+ * response parser (status line, headers, Content-Length, chunked transfer
+ * coding, close-delimited bodies), an SSE parser, and one-shot libuv
+ * connections with a timeout and a response size cap. See bench_http.h.
+ * Parsers are tested byte-split in tests/bench_serve/test_bench_parse.c;
+ * connections in tests/bench_serve/test_bench_e2e.c. */
+#include "bench_http.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "bench_serve.h"
+#include "common/checked.h"
+#include "common/err.h"
+
+enum {
+	RS_STATUS,
+	RS_HEADERS,
+	RS_BODY_LEN,
+	RS_BODY_EOF,
+	RS_CHUNK_SIZE,
+	RS_CHUNK_DATA,
+	RS_CHUNK_CRLF,
+	RS_TRAILERS,
+	RS_DONE,
+};
+
+void bench_resp_init(struct bench_resp_parser *p, bench_body_fn on_body, void *ud)
+{
+	memset(p, 0, sizeof *p);
+	p->state = RS_STATUS;
+	p->on_body = on_body;
+	p->ud = ud;
+}
+
+bool bench_resp_headers_done(const struct bench_resp_parser *p)
+{
+	return p->state > RS_HEADERS;
+}
+
+static int parse_status_line(struct bench_resp_parser *p, const char *s)
+{
+	/* "HTTP/1.1 200 OK" — the reason phrase may be empty or absent. */
+	if (strncmp(s, "HTTP/1.", 7) != 0 || !isdigit((unsigned char)s[7]) || s[8] != ' ')
+		return ERR_FORMAT;
+	const char *c = s + 9;
+	if (!isdigit((unsigned char)c[0]) || !isdigit((unsigned char)c[1]) ||
+	    !isdigit((unsigned char)c[2]) || (c[3] != ' ' && c[3] != '\0'))
+		return ERR_FORMAT;
+	int st = (c[0] - '0') * 100 + (c[1] - '0') * 10 + (c[2] - '0');
+	if (st < 100 || st > 599)
+		return ERR_FORMAT;
+	p->status = st;
+	return 0;
+}
+
+static int parse_u64_dec(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	if (!isdigit((unsigned char)*s))
+		return ERR_FORMAT;
+	for (; isdigit((unsigned char)*s); s++) {
+		if (ck_mul_u64(v, 10, &v) || ck_add_u64(v, (uint64_t)(*s - '0'), &v))
+			return ERR_FORMAT;
+	}
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (*s)
+		return ERR_FORMAT;
+	*out = v;
+	return 0;
+}
+
+static int parse_header(struct bench_resp_parser *p, char *s)
+{
+	char *colon = strchr(s, ':');
+	if (!colon || colon == s)
+		return ERR_FORMAT;
+	*colon = '\0';
+	char *v = colon + 1;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	if (!strcasecmp(s, "content-length")) {
+		uint64_t n;
+		if (parse_u64_dec(v, &n))
+			return ERR_FORMAT;
+		if (p->has_len && n != p->remaining)
+			return ERR_FORMAT; /* conflicting lengths: refuse to guess */
+		p->has_len = true;
+		p->remaining = n;
+	} else if (!strcasecmp(s, "transfer-encoding")) {
+		/* Only chunked (last) is meaningful to us; anything else we cannot decode. */
+		size_t vl = strlen(v);
+		while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+			v[--vl] = '\0';
+		if (vl >= 7 && !strcasecmp(v + vl - 7, "chunked"))
+			p->chunked = true;
+		else if (strcasecmp(v, "identity"))
+			return ERR_FORMAT;
+	} else if (!strcasecmp(s, "content-type")) {
+		p->is_sse = strncasecmp(v, "text/event-stream", 17) == 0;
+	}
+	return 0;
+}
+
+static void start_body(struct bench_resp_parser *p)
+{
+	/* 1xx, 204 and 304 carry no body (RFC 9112 6.3). */
+	if (p->status == 204 || p->status == 304)
+		p->state = RS_DONE;
+	else if (p->chunked)
+		p->state = RS_CHUNK_SIZE; /* chunked wins over Content-Length */
+	else if (p->has_len)
+		p->state = p->remaining ? RS_BODY_LEN : RS_DONE;
+	else
+		p->state = RS_BODY_EOF;
+}
+
+static int parse_chunk_size(struct bench_resp_parser *p, const char *s)
+{
+	uint64_t v = 0;
+	int nd = 0;
+	for (; isxdigit((unsigned char)*s); s++, nd++) {
+		int d = isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
+		if (nd >= 15)
+			return ERR_FORMAT; /* > 2^60: no real chunk is this big */
+		v = v * 16 + (uint64_t)d;
+	}
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (nd == 0 || (*s && *s != ';'))
+		return ERR_FORMAT;
+	p->remaining = v;
+	p->state = v ? RS_CHUNK_DATA : RS_TRAILERS;
+	return 0;
+}
+
+/* One complete line (without CR/LF) in the current state. */
+static int on_line(struct bench_resp_parser *p, char *s)
+{
+	switch (p->state) {
+	case RS_STATUS:
+		return parse_status_line(p, s) ? ERR_FORMAT : (p->state = RS_HEADERS, 0);
+	case RS_HEADERS:
+		if (*s)
+			return parse_header(p, s);
+		if (p->status < 200) { /* interim response: the real one follows */
+			bench_resp_init(p, p->on_body, p->ud);
+			return 0;
+		}
+		start_body(p);
+		return 0;
+	case RS_CHUNK_SIZE:
+		return parse_chunk_size(p, s);
+	case RS_CHUNK_CRLF:
+		if (*s)
+			return ERR_FORMAT;
+		p->state = RS_CHUNK_SIZE;
+		return 0;
+	case RS_TRAILERS:
+		if (!*s)
+			p->state = RS_DONE;
+		return 0;
+	default:
+		return ERR_INTERNAL;
+	}
+}
+
+static bool is_line_state(int st)
+{
+	return st == RS_STATUS || st == RS_HEADERS || st == RS_CHUNK_SIZE || st == RS_CHUNK_CRLF ||
+	       st == RS_TRAILERS;
+}
+
+int bench_resp_feed(struct bench_resp_parser *p, const char *data, size_t n, bool *done)
+{
+	size_t i = 0;
+	while (i < n && p->state != RS_DONE) {
+		if (is_line_state(p->state)) {
+			const char *nl = memchr(data + i, '\n', n - i);
+			size_t take = nl ? (size_t)(nl - (data + i)) : n - i;
+			if (p->line_len + take >= sizeof p->line)
+				return ERR_TOO_LARGE;
+			if (p->state <= RS_HEADERS) {
+				p->header_bytes += take + 1;
+				if (p->header_bytes > BENCH_HTTP_HEADERS_MAX)
+					return ERR_TOO_LARGE;
+			}
+			memcpy(p->line + p->line_len, data + i, take);
+			p->line_len += take;
+			i += take;
+			if (!nl)
+				break;
+			i++; /* the '\n' */
+			if (p->line_len && p->line[p->line_len - 1] == '\r')
+				p->line_len--;
+			p->line[p->line_len] = '\0';
+			p->line_len = 0;
+			int rc = on_line(p, p->line);
+			if (rc)
+				return rc;
+			continue;
+		}
+		size_t take = n - i;
+		if (p->state != RS_BODY_EOF && take > p->remaining)
+			take = (size_t)p->remaining;
+		if (take && p->on_body) {
+			int rc = p->on_body(p->ud, data + i, take);
+			if (rc)
+				return rc;
+		}
+		i += take;
+		if (p->state == RS_BODY_EOF)
+			continue;
+		p->remaining -= take;
+		if (p->remaining == 0)
+			p->state = p->state == RS_BODY_LEN ? RS_DONE : RS_CHUNK_CRLF;
+	}
+	*done = p->state == RS_DONE;
+	return 0;
+}
+
+int bench_resp_eof(struct bench_resp_parser *p, bool *done)
+{
+	if (p->state == RS_BODY_EOF || p->state == RS_DONE) {
+		p->state = RS_DONE;
+		*done = true;
+		return 0;
+	}
+	*done = false;
+	return ERR_IO;
+}
+
+/* ---- SSE ---- */
+
+void bench_sse_init(struct bench_sse *s, size_t cap, bench_event_fn on_event, void *ud)
+{
+	memset(s, 0, sizeof *s);
+	buf_init(&s->line);
+	buf_init(&s->data);
+	s->cap = cap;
+	s->on_event = on_event;
+	s->ud = ud;
+}
+
+void bench_sse_deinit(struct bench_sse *s)
+{
+	buf_deinit(&s->line);
+	buf_deinit(&s->data);
+}
+
+static int sse_line(struct bench_sse *s, const char *l, size_t n)
+{
+	if (n == 0) { /* blank line: dispatch */
+		if (!s->has_data)
+			return 0;
+		s->has_data = false;
+		size_t len = s->data.len;
+		if (len && s->data.data[len - 1] == '\n')
+			len--; /* the last data line's newline is not part of the data */
+		char empty = '\0';
+		char *ev = s->data.data ? s->data.data : &empty;
+		ev[len] = '\0';
+		int rc = s->on_event(s->ud, ev, len);
+		buf_clear(&s->data);
+		return rc;
+	}
+	if (l[0] == ':')
+		return 0; /* comment (keep-alive) */
+	const char *colon = memchr(l, ':', n);
+	size_t flen = colon ? (size_t)(colon - l) : n;
+	if (flen != 4 || memcmp(l, "data", 4) != 0)
+		return 0; /* event:, id:, retry: and unknown fields do not matter here */
+	const char *v = colon ? colon + 1 : l + n;
+	if (v < l + n && *v == ' ')
+		v++;
+	size_t vlen = (size_t)(l + n - v);
+	if (s->data.len + vlen + 1 > s->cap)
+		return ERR_TOO_LARGE;
+	int rc = buf_append(&s->data, v, vlen);
+	if (!rc)
+		rc = buf_append_char(&s->data, '\n');
+	s->has_data = true;
+	return rc;
+}
+
+int bench_sse_feed(struct bench_sse *s, const char *p, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		const char *nl = memchr(p + i, '\n', n - i);
+		size_t take = nl ? (size_t)(nl - (p + i)) : n - i;
+		if (s->line.len + take > s->cap)
+			return ERR_TOO_LARGE;
+		int rc;
+		if (!nl) {
+			return buf_append(&s->line, p + i, take);
+		}
+		const char *l;
+		size_t ll;
+		if (s->line.len) {
+			if ((rc = buf_append(&s->line, p + i, take)))
+				return rc;
+			l = s->line.data;
+			ll = s->line.len;
+		} else {
+			l = p + i;
+			ll = take;
+		}
+		if (ll && l[ll - 1] == '\r')
+			ll--;
+		rc = sse_line(s, l, ll);
+		buf_clear(&s->line);
+		if (rc)
+			return rc;
+		i += take + 1;
+	}
+	return 0;
+}
+
+/* ---- connections ---- */
+
+struct bench_conn {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_connect_t connect;
+	uv_write_t write;
+	uv_buf_t wbuf;
+	char *req;
+	struct bench_resp_parser parser;
+	struct bench_conn_cbs cbs;
+	void *ud;
+	size_t max_bytes, n_read;
+	bool finished;
+	int n_open; /* handles not yet closed */
+	char rbuf[16384];
+};
+
+static void conn_on_close(uv_handle_t *h)
+{
+	struct bench_conn *c = h->data;
+	if (--c->n_open == 0) {
+		free(c->req);
+		free(c);
+	}
+}
+
+static void conn_finish(struct bench_conn *c, int kind)
+{
+	if (c->finished)
+		return;
+	c->finished = true;
+	uv_timer_stop(&c->timer);
+	if (uv_is_active((uv_handle_t *)&c->tcp))
+		uv_read_stop((uv_stream_t *)&c->tcp);
+	c->cbs.on_done(c->ud, kind, c->parser.status);
+	/* Closing the TCP handle cancels a pending connect/write; their callbacks
+	 * then see UV_ECANCELED and find c->finished set. */
+	uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+	uv_close((uv_handle_t *)&c->timer, conn_on_close);
+}
+
+static int conn_body(void *ud, const char *p, size_t n)
+{
+	struct bench_conn *c = ud;
+	return c->cbs.on_body(c->ud, c->parser.status, p, n);
+}
+
+static void conn_on_timeout(uv_timer_t *t)
+{
+	conn_finish(t->data, BENCH_E_TIMEOUT);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+	(void)suggested;
+	struct bench_conn *c = h->data;
+	*b = uv_buf_init(c->rbuf, sizeof c->rbuf);
+}
+
+/* Map a parser/callback return to a BENCH_E_* kind. */
+static int kind_of(int rc)
+{
+	if (rc > 0 && rc < BENCH_E__COUNT)
+		return rc; /* already a kind, from on_body */
+	if (rc == ERR_TOO_LARGE)
+		return BENCH_E_TOO_LARGE;
+	return BENCH_E_MALFORMED;
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+	struct bench_conn *c = s->data;
+	if (c->finished)
+		return;
+	if (nread < 0) {
+		bool done = false;
+		if (nread == UV_EOF && bench_resp_eof(&c->parser, &done) == 0 && done)
+			conn_finish(c, BENCH_OK);
+		else
+			conn_finish(c, BENCH_E_RESET);
+		return;
+	}
+	if (nread == 0)
+		return;
+	c->n_read += (size_t)nread;
+	if (c->n_read > c->max_bytes) {
+		conn_finish(c, BENCH_E_TOO_LARGE);
+		return;
+	}
+	bool done = false;
+	int rc = bench_resp_feed(&c->parser, b->base, (size_t)nread, &done);
+	if (rc)
+		conn_finish(c, kind_of(rc));
+	else if (done)
+		conn_finish(c, BENCH_OK);
+}
+
+static void conn_on_write(uv_write_t *w, int status)
+{
+	struct bench_conn *c = w->data;
+	if (c->finished)
+		return;
+	if (status < 0)
+		conn_finish(c, BENCH_E_RESET);
+}
+
+static void conn_on_connect(uv_connect_t *req, int status)
+{
+	struct bench_conn *c = req->data;
+	if (c->finished)
+		return;
+	if (status < 0) {
+		conn_finish(c, BENCH_E_CONNECT);
+		return;
+	}
+	uv_tcp_nodelay(&c->tcp, 1);
+	c->write.data = c;
+	int rc = uv_write(&c->write, (uv_stream_t *)&c->tcp, &c->wbuf, 1, conn_on_write);
+	if (!rc)
+		rc = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+	if (rc)
+		conn_finish(c, BENCH_E_RESET);
+}
+
+int bench_conn_start(uv_loop_t *loop, const struct sockaddr *addr, const char *req, size_t len,
+		     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
+		     void *ud)
+{
+	struct bench_conn *c = calloc(1, sizeof *c);
+	if (!c)
+		return ERR_NOMEM;
+	c->req = malloc(len ? len : 1);
+	if (!c->req) {
+		free(c);
+		return ERR_NOMEM;
+	}
+	memcpy(c->req, req, len);
+	c->wbuf = uv_buf_init(c->req, (unsigned int)len);
+	c->cbs = *cbs;
+	c->ud = ud;
+	c->max_bytes = max_bytes;
+	bench_resp_init(&c->parser, conn_body, c);
+	if (uv_tcp_init(loop, &c->tcp)) {
+		free(c->req);
+		free(c);
+		return ERR_IO;
+	}
+	c->tcp.data = c;
+	c->n_open = 2;
+	uv_timer_init(loop, &c->timer); /* cannot fail on a live loop */
+	c->timer.data = c;
+	c->connect.data = c;
+	int rc = uv_tcp_connect(&c->connect, &c->tcp, addr, conn_on_connect);
+	if (rc) {
+		/* The callback will never be called: close quietly, report nothing. */
+		c->finished = true;
+		uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+		uv_close((uv_handle_t *)&c->timer, conn_on_close);
+		return ERR_IO;
+	}
+	if (timeout_ms)
+		uv_timer_start(&c->timer, conn_on_timeout, timeout_ms, 0);
+	return 0;
+}

@@ -12,6 +12,7 @@
 
 #include "common/checked.h"
 #include "engine/cpu_backend.h"
+#include "kernels/cpu/quant.h"
 
 static int own(struct cpu_backend *cb, void *p)
 {
@@ -37,18 +38,31 @@ static bool weight_dtype_ok(enum dtype t)
 	       t == DT_F8_E4M3;
 }
 
-/* Convert a 16/32-bit weight to int8 / fp8 with one scale per output row. */
+/* Convert a 16/32-bit weight to int8 / fp8 with one scale per output row
+ * (kernels/cpu/quant.h); the copy and its scales are owned by the backend. */
 static int quantize_weight(struct cpu_backend *cb, struct kmat *w, enum dtype to, const char *name,
 			   struct diag *d)
 {
 	if (to == DT_F32 || !(w->dtype == DT_F16 || w->dtype == DT_BF16 || w->dtype == DT_F32))
-		return 0; /* already quantized in the file, or nothing asked */
-	/* The conversion (kcpu_quantize_rows) belongs to kernels/cpu/quant.h, the
-	 * fast-matmul work; until it lands this path reports itself missing. */
-	(void)cb;
-	return diag_set(d, ERR_UNSUPPORTED,
-			"%s: --quantization %s needs kernels/cpu/quant.h (not built yet)", name,
-			dtype_name(to));
+		return 0; /* nothing asked, or already 8-bit in the file: keep it */
+	size_t n_vals;
+	if (ck_mul((size_t)w->rows, (size_t)w->cols, &n_vals))
+		return diag_set(d, ERR_OVERFLOW, "%s: too large to quantize", name);
+	void *q = malloc(n_vals ? n_vals : 1);
+	int rc = own(cb, q);
+	float *s = rc ? NULL : malloc((size_t)w->rows * sizeof(float));
+	if (!rc)
+		rc = own(cb, s);
+	if (rc)
+		return diag_set(d, rc, "%s: out of memory quantizing", name);
+	rc = to == DT_I8 ? kcpu_quantize_i8(w, q, s) : kcpu_quantize_f8(w, q, s);
+	if (rc)
+		return diag_set(d, rc, "%s: quantizing to %s failed", name, dtype_name(to));
+	w->dtype = to;
+	w->data = q;
+	w->scale = s;
+	w->n_scale = w->rows;
+	return 0;
 }
 
 /* A (rows, cols) weight matrix as a kmat, after checking it is one. */
@@ -356,8 +370,10 @@ int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
 		goto fail;
 	if (c->tied_embeddings || !tensor_present(&m->w.lm_head)) {
 		cb->lm_head = cb->tok_embd;
-	} else if ((rc = weight_view(cb, &m->w.lm_head, c->vocab, c->hidden, opts->quantization,
-				     &cb->lm_head, d))) {
+	} else if ((rc = weight_view(cb, &m->w.lm_head, c->vocab, c->hidden, DT_F32, &cb->lm_head,
+				     d))) {
+		/* The LM head keeps its dtype under --quantization, as vLLM does:
+		 * it is one matrix, and the logits are most sensitive to it. */
 		goto fail;
 	}
 	if ((rc = vector_f32(cb, &m->w.out_norm, c->hidden, true, &cb->out_norm, d)) ||

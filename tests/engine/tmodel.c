@@ -173,7 +173,10 @@ static void draw(struct gen *g, struct tensor *t, const char *name, int64_t rows
 		t->n_dims = 1;
 		t->shape[0] = rows;
 	}
-	g->rc = encode(g->m, t, v, cols ? g->o->wdtype : DT_F32);
+	enum dtype dt = cols ? g->o->wdtype : DT_F32;
+	if (t == &g->m->w.lm_head && g->o->head_dtype != DT_F32)
+		dt = g->o->head_dtype;
+	g->rc = encode(g->m, t, v, dt);
 	free(v);
 }
 
@@ -227,7 +230,8 @@ int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, s
 	}
 	draw(&g, &m->w.out_norm, "output_norm.weight", H, 0, 1.0f, 0.1f, 0, 0);
 	if (!cfg->tied_embeddings)
-		draw(&g, &m->w.lm_head, "output.weight", cfg->vocab, H, 0, sh, 0, 0);
+		draw(&g, &m->w.lm_head, "output.weight", cfg->vocab, H, 0,
+		     sh * (o->head_gain > 0 ? o->head_gain : 1.0f), 0, 0);
 	if (g.rc) {
 		tmodel_destroy(m);
 		return g.rc;

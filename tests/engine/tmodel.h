@@ -23,6 +23,8 @@ struct tmodel_opts {
 	uint64_t seed;
 	enum rope_style layout;	 /* NEOX: HF rows; NORM: GGUF-permuted Q/K rows */
 	float embd_scale;	 /* uniform range of embeddings; 0 = 1.0 */
+	float head_gain;	 /* multiplies the untied LM head (sharper logits); 0 = 1.0 */
+	enum dtype head_dtype;	 /* untied LM head's dtype; DT_F32 (0) = same as wdtype */
 };
 
 int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, struct model **out);

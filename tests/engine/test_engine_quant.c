@@ -1,0 +1,200 @@
+/* tests/engine/test_engine_quant.c — quantized weight paths against F32 on a random
+ * model with realistic weight scales (1/sqrt(fan_in), LM head sharpened so
+ * logits spread like a trained model's): top-1 agreement and mean
+ * KL(p_f32 || p_quant) of the next-token distribution over every position of
+ * a few prompts, for Q8_0, INT8 and FP8 (per-row scales, quantized by the
+ * test from the same F32 master weights; the LM head of the INT8/FP8 models
+ * stays F16 as in such checkpoints), F16/BF16 as a sanity floor, and
+ * --quantization int8|fp8 at load when the conversion is built.
+ * Prints the figures against the goals (>= 99% top-1 for the 8-bit integer
+ * paths, >= 97% for FP8) and asserts regression floors (see the table).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "tmodel.h"
+
+#define N_SEQ 8
+#define N_POS 64
+#define BS 16
+
+static void config(struct model_config *c)
+{
+	tmodel_config_small(c);
+	c->n_layers = 4;
+	c->hidden = 256;
+	c->n_heads = 8;
+	c->n_kv_heads = 2;
+	c->head_dim = 32;
+	c->ffn = 768;
+	c->vocab = 2048;
+}
+
+/* Logits [N_SEQ * N_POS, vocab] of N_SEQ prompts prefilled in one batch. */
+static int all_logits(const struct model *m, enum dtype quant, float *out, struct diag *d)
+{
+	struct engine_opts o = { .n_threads = 2, .block_size = BS, .n_kv_blocks = N_SEQ * 4,
+				 .kv_dtype = DT_F32, .quantization = quant,
+				 .max_batch_tokens = N_SEQ * N_POS, .max_seqs = N_SEQ,
+				 .max_blocks_per_seq = 4 };
+	struct engine *e;
+	int rc = engine_create(m, &o, &e, d);
+	if (rc)
+		return rc;
+	enum { T = N_SEQ * N_POS };
+	int32_t tok[T], pos[T], slots[T], rows[T], start[N_SEQ + 1], ctx[N_SEQ], table[N_SEQ * 4];
+	for (int s = 0; s < N_SEQ; s++) {
+		start[s] = s * N_POS;
+		ctx[s] = N_POS;
+		for (int j = 0; j < 4; j++)
+			table[s * 4 + j] = s * 4 + j;
+		for (int i = 0; i < N_POS; i++) {
+			int r = s * N_POS + i;
+			tok[r] = (int32_t)((r * 2654435761u) % (unsigned)m->cfg.vocab);
+			pos[r] = i;
+			slots[r] = table[s * 4 + i / BS] * BS + i % BS;
+			rows[r] = r;
+		}
+	}
+	start[N_SEQ] = T;
+	struct engine_batch b = { .n_tokens = T, .tokens = tok, .positions = pos,
+				  .slot_mapping = slots, .n_seqs = N_SEQ, .seq_start = start,
+				  .context_len = ctx, .block_tables = table, .max_blocks_per_seq = 4,
+				  .n_logits = T, .logits_rows = rows };
+	rc = engine_forward(e, &b, out);
+	engine_destroy(e);
+	return rc;
+}
+
+static void softmax(const float *x, int n, double *p)
+{
+	double mx = x[0], sum = 0;
+	for (int i = 1; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (int i = 0; i < n; i++)
+		sum += (p[i] = exp((double)x[i] - mx));
+	for (int i = 0; i < n; i++)
+		p[i] /= sum;
+}
+
+struct agree {
+	double top1, kl;
+};
+
+static struct agree compare(const float *ref, const float *got, int rows, int vocab)
+{
+	double *p = malloc(sizeof(double) * vocab), *q = malloc(sizeof(double) * vocab);
+	struct agree a = { 0, 0 };
+	for (int r = 0; r < rows; r++) {
+		const float *x = ref + (size_t)r * vocab, *y = got + (size_t)r * vocab;
+		int bx = 0, by = 0;
+		for (int i = 1; i < vocab; i++) {
+			bx = x[i] > x[bx] ? i : bx;
+			by = y[i] > y[by] ? i : by;
+		}
+		a.top1 += bx == by;
+		softmax(x, vocab, p);
+		softmax(y, vocab, q);
+		double kl = 0;
+		for (int i = 0; i < vocab; i++)
+			if (p[i] > 0)
+				kl += p[i] * (log(p[i]) - log(q[i] > 1e-300 ? q[i] : 1e-300));
+		a.kl += kl;
+	}
+	a.top1 /= rows;
+	a.kl /= rows;
+	free(p), free(q);
+	return a;
+}
+
+START_TEST(test_quantized_vs_f32)
+{
+	struct model_config c;
+	config(&c);
+	const int rows = N_SEQ * N_POS;
+	size_t sz = (size_t)rows * c.vocab * sizeof(float);
+	float *ref = malloc(sz), *got = malloc(sz);
+	struct diag d = { 0 };
+	struct tmodel_opts to = { .wdtype = DT_F32, .seed = 99, .head_gain = 6.0f };
+	struct model *m;
+	ck_assert_int_eq(tmodel_create(&c, &to, &m), 0);
+	ck_assert_msg(all_logits(m, DT_F32, ref, &d) == 0, "%s", d.msg);
+	double sd = 0;
+	for (size_t i = 0; i < (size_t)rows * c.vocab; i++)
+		sd += (double)ref[i] * ref[i];
+	printf("quant: reference F32 logits rms %.2f over %d positions, vocab %d\n",
+	       sqrt(sd / ((double)rows * c.vocab)), rows, c.vocab);
+
+	/* goal: the project's target; floor: what this test enforces. On a random
+	 * model the top-1 margin is the gap between the two largest of ~2048
+	 * near-Gaussian logits (about a quarter of their spread), far smaller than
+	 * a trained model's, so the goals are reported here and the floors sit just
+	 * under the measured figures as a regression guard. */
+	const struct {
+		enum dtype file; /* storage dtype the model is built in */
+		enum dtype load; /* engine_opts.quantization */
+		double goal_top1, floor_top1, max_kl;
+	} cases[] = {
+		{ DT_F16, DT_F32, 0.99, 0.99, 1e-5 },
+		{ DT_BF16, DT_F32, 0.99, 0.99, 2e-4 },
+		{ DT_Q8_0, DT_F32, 0.99, 0.975, 1e-3 },
+		{ DT_I8, DT_F32, 0.99, 0.975, 1.5e-3 },
+		{ DT_F8_E4M3, DT_F32, 0.97, 0.88, 2e-2 },
+		{ DT_F16, DT_I8, 0.99, 0.975, 1.5e-3 },
+		{ DT_F16, DT_F8_E4M3, 0.97, 0.88, 2e-2 },
+	};
+	int n_bad = 0; /* print every figure before failing */
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct model *q;
+		to.wdtype = cases[i].file;
+		/* INT8 / FP8 checkpoints (compressed-tensors, vLLM) keep the LM head
+		 * in 16 bits, as --quantization does; GGUF Q8_0 quantizes it too. */
+		to.head_dtype = cases[i].file == DT_I8 || cases[i].file == DT_F8_E4M3 ? DT_F16 : DT_F32;
+		ck_assert_int_eq(tmodel_create(&c, &to, &q), 0);
+		int rc = all_logits(q, cases[i].load, got, &d);
+		char name[64];
+		snprintf(name, sizeof name, "%s%s%s", dtype_name(cases[i].file),
+			 cases[i].load != DT_F32 ? " -> --quantization " : "",
+			 cases[i].load != DT_F32 ? dtype_name(cases[i].load) : "");
+		if (rc == ERR_UNSUPPORTED && cases[i].load != DT_F32) {
+			/* the load-time conversion is not built: say so, do not pass silently */
+			printf("quant: %-28s NOT RUN (%s)\n", name, d.msg);
+			tmodel_destroy(q);
+			continue;
+		}
+		ck_assert_msg(rc == 0, "%s: %s", name, d.msg);
+		struct agree a = compare(ref, got, rows, c.vocab);
+		printf("quant: %-28s top-1 agreement %6.2f%% (goal %.0f%%: %s)  mean KL %.2e\n", name,
+		       100 * a.top1, 100 * cases[i].goal_top1,
+		       a.top1 >= cases[i].goal_top1 ? "met" : "NOT met", a.kl);
+		if (a.top1 < cases[i].floor_top1 || a.kl > cases[i].max_kl) {
+			fprintf(stderr, "quant: %s under its floor (top-1 >= %.1f%%, KL <= %.1e)\n",
+				name, 100 * cases[i].floor_top1, cases[i].max_kl);
+			n_bad++;
+		}
+		tmodel_destroy(q);
+	}
+	ck_assert_int_eq(n_bad, 0);
+	tmodel_destroy(m);
+	free(ref), free(got);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("quant");
+	TCase *tc = tcase_create("core");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_quantized_vs_f32);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_NOFORK); /* keep printf order */
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -5,6 +5,8 @@
 #define AORTA_SERVER_COMMANDS_H
 
 int cmd_bench(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_make_model(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 

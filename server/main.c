@@ -13,6 +13,8 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
 	{ "bench", "benchmark the engine (bench engine) or a server", cmd_bench },
+	{ "inspect", "print a model's config, tensor table and totals", cmd_inspect },
+	{ "make-model", "write a deterministic random-weight test model", cmd_make_model },
 	{ "serve", "serve a model over an OpenAI-compatible HTTP API", cmd_serve },
 	{ "version", "print the version and build features", cmd_version },
 };

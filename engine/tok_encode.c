@@ -7,6 +7,7 @@
  * shared read-only between threads. Tests: tests/tokenizer/test_tokenizer.c.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -174,7 +175,7 @@ static bool pair_entry(const struct tokenizer *t, const char *w, const struct sy
 		return true;
 	}
 	int32_t id = tok_strmap_get(t, &t->vocab, w + a->off, (size_t)a->len + b->len);
-	if (id < 0)
+	if (id < 0 || t->scores[id] == -INFINITY) /* -inf: never the result of a merge */
 		return false;
 	out->key = (uint64_t)score_key(t->scores[id]) << 32 | (uint32_t)pos;
 	out->aux = a->len + b->len;

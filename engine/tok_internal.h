@@ -86,6 +86,7 @@ enum tok_pretok_kind { PRETOK_SPLIT, PRETOK_BYTELEVEL, PRETOK_METASPACE };
 struct tok_pretok {
 	enum tok_pretok_kind kind;
 	pcre2_code *re;	 /* Split (regex) / ByteLevel with use_regex */
+	char *re_src;	 /* the regex's source text (GGUF export names it) */
 	char *lit;	 /* Split with a String pattern; Metaspace replacement */
 	size_t lit_len;
 	enum tok_split_behavior behavior;

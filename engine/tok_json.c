@@ -173,9 +173,13 @@ static int parse_pretok(struct tokenizer *t, const cJSON *n, struct diag *d)
 	int rc = 0;
 	if (!strcmp(type, "Split")) {
 		p->kind = PRETOK_SPLIT;
-		rc = parse_pattern(cJSON_GetObjectItemCaseSensitive(n, "pattern"), &p->lit, &p->lit_len, &p->re, d);
+		const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+		rc = parse_pattern(pat, &p->lit, &p->lit_len, &p->re, d);
 		if (rc)
 			return rc;
+		size_t sl;
+		if (p->re && !(p->re_src = dupn(jstr(pat, "Regex"), &sl)))
+			return ERR_NOMEM;
 		const char *b = jstr(n, "behavior");
 		if (!b)
 			return diag_set(d, ERR_FORMAT, "Split without behavior");
@@ -195,8 +199,12 @@ static int parse_pretok(struct tokenizer *t, const cJSON *n, struct diag *d)
 	} else if (!strcmp(type, "ByteLevel")) {
 		p->kind = PRETOK_BYTELEVEL;
 		p->add_prefix_space = jbool(n, "add_prefix_space", true);
-		if (jbool(n, "use_regex", true))
+		if (jbool(n, "use_regex", true)) {
+			size_t sl;
 			p->re = tok_regex_compile(gpt2_regex, sizeof(gpt2_regex) - 1, d, &rc);
+			if (!rc && !(p->re_src = dupn(gpt2_regex, &sl)))
+				return ERR_NOMEM;
+		}
 		t->byte_level = true;
 	} else if (!strcmp(type, "Metaspace")) {
 		p->kind = PRETOK_METASPACE;

@@ -513,6 +513,7 @@ void tok_destroy(struct tokenizer *t)
 	free(t->norms);
 	for (int i = 0; i < t->n_pretoks; i++) {
 		free(t->pretoks[i].lit);
+		free(t->pretoks[i].re_src);
 		if (t->pretoks[i].re)
 			pcre2_code_free(t->pretoks[i].re);
 	}

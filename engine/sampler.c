@@ -1,9 +1,11 @@
 /* engine/sampler.c — the sampler chain described in sampler.h.
  *
  * Hot path for a large vocabulary: one pass to scale and find the max, one
- * pass of expf, then truncation by partial selection (quickselect for top_k,
- * growing quickselect + sort of only the head for top_p) instead of sorting
- * the whole vocabulary. Penalties touch only the tokens in the sparse table.
+ * SIMD pass of exp (skipped when top_k bounds the set and no logprobs are
+ * asked), then truncation without sorting the vocabulary: a k-heap for small
+ * top_k, a logit histogram for large top_k and for top_p (only the bucket
+ * where the kept prefix ends is selected or sorted), and block sums for the
+ * final inverse-CDF draw. Penalties touch only the tokens in the sparse table.
  * Test: tests/sampling/test_sampler.c (chi-square against exact
  * distributions, hand-computed penalties, seeds, logprobs).
  */
@@ -238,7 +240,12 @@ int sampler_scratch_init(struct sampler_scratch *sc, int vocab)
 		return ERR_INVAL;
 	sc->prob = malloc((size_t)vocab * sizeof(*sc->prob));
 	sc->idx = malloc((size_t)vocab * sizeof(*sc->idx));
-	if (!sc->prob || !sc->idx) {
+	sc->tmp = malloc((size_t)vocab * sizeof(*sc->tmp));
+	sc->hist_n = malloc(SAMPLER__NB * sizeof(*sc->hist_n));
+	sc->hist_mass = malloc(SAMPLER__NB * sizeof(*sc->hist_mass));
+	sc->block_mass = malloc(((size_t)vocab / SAMPLER__BLOCK + 1) * sizeof(*sc->block_mass));
+	if (!sc->prob || !sc->idx || !sc->tmp || !sc->hist_n || !sc->hist_mass ||
+	    !sc->block_mass) {
 		sampler_scratch_deinit(sc);
 		return ERR_NOMEM;
 	}
@@ -250,6 +257,10 @@ void sampler_scratch_deinit(struct sampler_scratch *sc)
 {
 	free(sc->prob);
 	free(sc->idx);
+	free(sc->tmp);
+	free(sc->hist_n);
+	free(sc->hist_mass);
+	free(sc->block_mass);
 	memset(sc, 0, sizeof(*sc));
 }
 
@@ -390,30 +401,145 @@ static void apply_penalties(const struct sampling_params *p, const struct sample
 	}
 }
 
-/* Replace NaN with -inf and +inf with FLT_MAX (so exp(l - max) stays finite),
- * optionally scale by inv_t, and return the max. */
-static float scale_and_max(float *logits, int vocab, float inv_t)
+/* Replace NaN with -inf and +inf with FLT_MAX (so exp(l - max) stays finite). */
+static void sanitize(float *logits, int vocab)
+{
+	for (int i = 0; i < vocab; i++) {
+		float x = logits[i];
+		if (isnan(x))
+			logits[i] = -INFINITY;
+		else if (x > FLT_MAX)
+			logits[i] = FLT_MAX;
+	}
+}
+
+/* Scale by inv_t (sanitized) and return the max and its lowest index. One
+ * pass in the common all-finite case. */
+static float scale_and_argmax(float *logits, int vocab, float inv_t, int32_t *arg)
 {
 	float mx = -INFINITY;
+	int32_t best = 0;
+	int bad = 0;
 	for (int i = 0; i < vocab; i++) {
 		float x = logits[i] * inv_t;
-		if (isnan(x))
-			x = -INFINITY;
-		else if (x > FLT_MAX)
-			x = FLT_MAX;
 		logits[i] = x;
-		if (x > mx)
+		bad |= (x != x) | (x > FLT_MAX);
+		if (x > mx) {
 			mx = x;
+			best = i;
+		}
 	}
+	if (bad) {
+		sanitize(logits, vocab);
+		mx = -INFINITY;
+		best = 0;
+		for (int i = 0; i < vocab; i++)
+			if (logits[i] > mx) {
+				mx = logits[i];
+				best = i;
+			}
+	}
+	*arg = best;
 	return mx;
 }
 
-static double log_partition(const float *logits, int vocab, float mx)
+/* exp(x) for x <= 0 with relative error below 3e-7, exactly 0 below -87 (so
+ * a -inf logit has weight 0): x = k ln2 + r with |r| <= ln2/2, exp(r) by its
+ * degree-6 Taylor polynomial (remainder |r|^7/7! < 1.3e-7), 2^k assembled in
+ * the exponent bits. Written on GCC/Clang vector types, 4 lanes, because at
+ * -O2 a libm call per token neither inlines nor vectorizes and the exp pass
+ * is the largest cost of sampling a 150k vocabulary. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f v4f_splat(float x)
 {
-	double sum = 0.0;
-	for (int i = 0; i < vocab; i++)
-		sum += (double)expf(logits[i] - mx);
-	return (double)mx + log(sum);
+	return (v4f){ x, x, x, x };
+}
+
+static inline v4f exp_nonpos4(v4f x)
+{
+	v4i small = x < v4f_splat(-87.0f); /* -1 where the result is 0 */
+	v4f xc = (v4f)(((v4i)x & ~small) | ((v4i)v4f_splat(-87.0f) & small));
+	v4f kf = xc * 1.44269504f + 12582912.0f; /* 1.5 * 2^23: round to nearest */
+	kf -= 12582912.0f;
+	v4f r = xc - kf * 0.693145752f - kf * 1.42860677e-6f; /* ln2 split hi + lo */
+	v4f p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 +
+		r * (1.0f / 120 + r * (1.0f / 720))))));
+	v4i bits = (__builtin_convertvector(kf, v4i) + 127) << 23;
+	return (v4f)((v4i)(p * (v4f)bits) & ~small);
+}
+
+static inline float exp_nonpos(float x)
+{
+	return exp_nonpos4(v4f_splat(x))[0];
+}
+
+/* prob[i] = exp(l[i] - mx); block_mass[b] = sum of block b (SAMPLER__BLOCK
+ * tokens, a multiple of 8). Returns the total in double. */
+static double exp_pass(float *prob, const float *l, int vocab, float mx, double *block_mass)
+{
+	double total = 0.0;
+	v4f vmx = v4f_splat(mx);
+	for (int b0 = 0, blk = 0; b0 < vocab; b0 += SAMPLER__BLOCK, blk++) {
+		int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
+		v4f acc0 = v4f_splat(0.0f), acc1 = acc0;
+		int i = b0;
+		for (; i + 8 <= end; i += 8) {
+			v4f x0, x1;
+			memcpy(&x0, l + i, sizeof(x0));
+			memcpy(&x1, l + i + 4, sizeof(x1));
+			v4f e0 = exp_nonpos4(x0 - vmx), e1 = exp_nonpos4(x1 - vmx);
+			memcpy(prob + i, &e0, sizeof(e0));
+			memcpy(prob + i + 4, &e1, sizeof(e1));
+			acc0 += e0;
+			acc1 += e1;
+		}
+		double bs = 0.0;
+		for (; i < end; i++) {
+			prob[i] = exp_nonpos(l[i] - mx);
+			bs += (double)prob[i];
+		}
+		bs += ((double)acc0[0] + acc0[1]) + ((double)acc0[2] + acc0[3]) +
+		      (((double)acc1[0] + acc1[1]) + ((double)acc1[2] + acc1[3]));
+		block_mass[blk] = bs;
+		total += bs;
+	}
+	return total;
+}
+
+/* Inverse CDF over the whole vocabulary using the block sums: find the block
+ * where the running mass passes target, then the token inside it. */
+static int32_t draw_all(const float *prob, int vocab, const double *block_mass, double target)
+{
+	double cum = 0.0;
+	int32_t last = -1;
+	for (int b0 = 0, blk = 0; b0 < vocab; b0 += SAMPLER__BLOCK, blk++) {
+		double bs = block_mass[blk];
+		if (bs <= 0.0)
+			continue;
+		int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
+		if (cum + bs > target) {
+			double c = cum;
+			for (int i = b0; i < end; i++) {
+				if (prob[i] <= 0.0f)
+					continue;
+				c += (double)prob[i];
+				last = i;
+				if (c > target)
+					return i;
+			}
+			/* the block's rounded sum overshot its exact walk: go on */
+		} else {
+			for (int i = end - 1; i >= b0; i--)
+				if (prob[i] > 0.0f) {
+					last = i;
+					break;
+				}
+		}
+		cum += bs;
+	}
+	return last;
 }
 
 static void fill_logprobs(const struct sampling_params *p, const float *logits, int vocab,
@@ -448,81 +574,195 @@ static void fill_logprobs(const struct sampling_params *p, const float *logits, 
 	}
 }
 
-/* Steps 6-9 of the chain: truncate and draw. prob[i] = exp(l[i] - max),
- * total = sum of prob[] in index order. */
+/* ---- truncation by logit histogram --------------------------------------
+ * top_k and top_p both ask for a most-likely prefix of the candidates. Rather
+ * than sorting, bucket each candidate by (max - logit): buckets are monotone in
+ * the order, so every bucket before the one where the prefix ends is kept
+ * whole and only that one bucket needs selecting or sorting. */
+
+#define SAMPLER__HEAP_K 1024 /* top_k up to this uses a heap, above it the histogram */
+
+static inline int bucket_of(float mx, float x)
+{
+	/* mx >= x, both sanitized; x = -inf gives +inf, i.e. the last bucket */
+	float b = (mx - x) * ((float)SAMPLER__NB / SAMPLER__NATS);
+	return b < (float)(SAMPLER__NB - 1) ? (int)b : SAMPLER__NB - 1;
+}
+
+/* A candidate list: ids[0..n), or all of 0..n-1 when ids is NULL. */
+struct cands {
+	int32_t *ids;
+	int n;
+};
+
+static inline int32_t cand_at(const struct cands *c, int i)
+{
+	return c->ids ? c->ids[i] : i;
+}
+
+/* Copy the candidates in buckets < B to dst[0..), those in bucket B to
+ * dst[n_before..); returns how many are in B. */
+static int gather(const struct cands *c, const float *l, float mx, int B, int32_t *dst,
+		  int n_before)
+{
+	int lo = 0, eq = n_before;
+	for (int i = 0; i < c->n; i++) {
+		int32_t t = cand_at(c, i);
+		int b = bucket_of(mx, l[t]);
+		if (b < B)
+			dst[lo++] = t;
+		else if (b == B)
+			dst[eq++] = t;
+	}
+	return eq - n_before;
+}
+
+/* Heap of ids whose root is the last of them in the order. */
+static void heap_sift_down(int32_t *h, int n, int i, const float *l)
+{
+	for (;;) {
+		int w = i, a = 2 * i + 1, b = a + 1;
+		if (a < n && before(l, h[w], h[a]))
+			w = a;
+		if (b < n && before(l, h[w], h[b]))
+			w = b;
+		if (w == i)
+			return;
+		int32_t t = h[i];
+		h[i] = h[w];
+		h[w] = t;
+		i = w;
+	}
+}
+
+/* top_k for small k: one pass that mostly compares against the heap root;
+ * for model logits only O(k log(n/k)) tokens ever enter the heap. */
+static void truncate_top_k_heap(struct cands *c, int k, const float *l, int32_t *spare)
+{
+	for (int i = 0; i < k; i++)
+		spare[i] = cand_at(c, i);
+	for (int i = k / 2 - 1; i >= 0; i--)
+		heap_sift_down(spare, k, i, l);
+	for (int i = k; i < c->n; i++) {
+		int32_t t = cand_at(c, i);
+		if (before(l, t, spare[0])) {
+			spare[0] = t;
+			heap_sift_down(spare, k, 0, l);
+		}
+	}
+	c->ids = spare;
+	c->n = k;
+}
+
+/* Keep the k first candidates in the order (0 < k < c->n). Result in *out
+ * (ids in `spare`, which must not alias c->ids). */
+static void truncate_top_k(struct cands *c, int k, const float *l, float mx,
+			   struct sampler_scratch *sc, int32_t *spare)
+{
+	uint32_t *hn = sc->hist_n;
+	memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
+	for (int i = 0; i < c->n; i++)
+		hn[bucket_of(mx, l[cand_at(c, i)])]++;
+	int B = 0, before = 0;
+	while (B < SAMPLER__NB - 1 && before + (int)hn[B] < k)
+		before += (int)hn[B++];
+	int n_eq = gather(c, l, mx, B, spare, before);
+	select_top(spare + before, n_eq, k - before, l);
+	c->ids = spare;
+	c->n = k;
+}
+
+/* Keep the smallest most-likely prefix whose mass reaches top_p * mass. */
+static void truncate_top_p(struct cands *c, float top_p, double mass, const float *l, float mx,
+			   struct sampler_scratch *sc, int32_t *spare)
+{
+	uint32_t *hn = sc->hist_n;
+	double *hm = sc->hist_mass;
+	memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
+	memset(hm, 0, sizeof(*hm) * SAMPLER__NB);
+	for (int i = 0; i < c->n; i++) {
+		int32_t t = cand_at(c, i);
+		int b = bucket_of(mx, l[t]);
+		hn[b]++;
+		hm[b] += (double)sc->prob[t];
+	}
+	double target = (double)top_p * mass, cum = 0.0;
+	int B = 0, before = 0;
+	while (B < SAMPLER__NB && cum + hm[B] < target) {
+		cum += hm[B];
+		before += (int)hn[B++];
+	}
+	if (B == SAMPLER__NB)
+		return; /* rounding: the whole set is the nucleus */
+	int n_eq = gather(c, l, mx, B, spare, before);
+	int32_t *seg = spare + before;
+	sort_desc(seg, n_eq, l);
+	int keep = before + n_eq;
+	for (int j = 0; j < n_eq; j++) {
+		cum += (double)sc->prob[seg[j]];
+		if (cum >= target) {
+			keep = before + j + 1;
+			break;
+		}
+	}
+	c->ids = spare;
+	c->n = keep;
+}
+
+/* Steps 6-9 of the chain: truncate and draw. Needs sc->prob[t] = exp(l[t] -
+ * mx) for every t when have_all_probs, else computes it for the survivors of
+ * min_p and top_k. total = sum of prob[] in index order when have_all_probs. */
 static int32_t sample_truncated(const struct sampling_params *p, const float *l, int vocab,
-				struct sampler_scratch *sc, double total, double u)
+				float mx, struct sampler_scratch *sc, bool have_all_probs,
+				double total, double u)
 {
 	float *prob = sc->prob;
-	int32_t *idx = sc->idx;
-	int n = vocab;
-	bool all = true; /* candidates are 0..vocab-1, not idx[] */
+	int32_t *bufs[2] = { sc->idx, sc->tmp };
+	int cur = 0;
+	struct cands c = { NULL, vocab };
 
 	if (p->min_p > 0.0f) {
-		/* prob[i] / max_prob = exp(l[i] - max) = prob[i] here */
-		n = 0;
+		/* prob / max_prob = exp(l - mx) >= min_p */
+		float thr = mx + logf(p->min_p);
+		int n = 0;
 		for (int i = 0; i < vocab; i++)
-			if (prob[i] >= p->min_p)
-				idx[n++] = i;
-		all = false;
+			if (l[i] >= thr)
+				bufs[cur][n++] = i;
+		c.ids = bufs[cur];
+		c.n = n;
 	}
-	int k = p->top_k;
-	if (k > 0 && k < n) {
-		if (all) {
-			for (int i = 0; i < vocab; i++)
-				idx[i] = i;
-			all = false;
+	if (p->top_k > 0 && p->top_k < c.n) {
+		cur ^= c.ids != NULL; /* write into the buffer c does not use */
+		if (p->top_k <= SAMPLER__HEAP_K)
+			truncate_top_k_heap(&c, p->top_k, l, bufs[cur]);
+		else
+			truncate_top_k(&c, p->top_k, l, mx, sc, bufs[cur]);
+	}
+	if (!have_all_probs)
+		for (int i = 0; i < c.n; i++) {
+			int32_t t = cand_at(&c, i);
+			prob[t] = exp_nonpos(l[t] - mx);
 		}
-		select_top(idx, n, k, l);
-		n = k;
-	}
 	double mass = 0.0;
-	if (all)
+	if (!c.ids && have_all_probs)
 		mass = total;
 	else
-		for (int i = 0; i < n; i++)
-			mass += (double)prob[idx[i]];
-
-	if (p->top_p < 1.0f) {
-		if (all) {
-			for (int i = 0; i < vocab; i++)
-				idx[i] = i;
-			all = false;
-		}
-		double target = (double)p->top_p * mass;
-		/* Sort only a growing head: the nucleus is usually tiny. */
-		int m = n < 64 ? n : 64;
-		int keep = n;
-		for (;;) {
-			if (m < n)
-				select_top(idx, n, m, l);
-			sort_desc(idx, m, l);
-			double cum = 0.0;
-			int j = 0;
-			for (; j < m; j++) {
-				cum += (double)prob[idx[j]];
-				if (cum >= target)
-					break;
-			}
-			if (j < m) {
-				keep = j + 1;
-				break;
-			}
-			if (m == n)
-				break; /* rounding: the whole set is the nucleus */
-			m = (n / 4 < m) ? n : m * 4;
-		}
-		n = keep;
+		for (int i = 0; i < c.n; i++)
+			mass += (double)prob[cand_at(&c, i)];
+	if (p->top_p < 1.0f && c.n > 1) {
+		cur ^= c.ids != NULL;
+		truncate_top_p(&c, p->top_p, mass, l, mx, sc, bufs[cur]);
 		mass = 0.0;
-		for (int i = 0; i < n; i++)
-			mass += (double)prob[idx[i]];
+		for (int i = 0; i < c.n; i++)
+			mass += (double)prob[cand_at(&c, i)];
 	}
 
-	double target = u * mass;
-	double cum = 0.0;
+	double target = u * mass, cum = 0.0;
+	if (!c.ids)
+		return draw_all(prob, vocab, sc->block_mass, target);
 	int32_t last = -1;
-	for (int i = 0; i < n; i++) {
-		int32_t t = all ? i : idx[i];
+	for (int i = 0; i < c.n; i++) {
+		int32_t t = cand_at(&c, i);
 		double w = (double)prob[t];
 		if (w <= 0.0)
 			continue;
@@ -547,34 +787,32 @@ int sampler_sample(const struct sampling_params *p, struct sampler_state *s,
 	apply_penalties(p, s, logits, vocab);
 
 	bool greedy = !(p->temperature >= SAMPLER_GREEDY_EPS);
-	float mx = scale_and_max(logits, vocab, greedy ? 1.0f : 1.0f / p->temperature);
+	int32_t tok;
+	float mx = scale_and_argmax(logits, vocab, greedy ? 1.0f : 1.0f / p->temperature, &tok);
 	if (mx == -INFINITY)
 		return ERR_RANGE;
 
-	int32_t tok;
 	double logz = 0.0;
+	bool want_lp = p->logprobs >= 0;
 	if (greedy) {
-		tok = 0;
-		for (int i = 1; i < vocab; i++)
-			if (logits[i] > logits[tok])
-				tok = i;
-		if (p->logprobs >= 0)
-			logz = log_partition(logits, vocab, mx);
+		if (want_lp)
+			logz = (double)mx + log(exp_pass(sc->prob, logits, vocab, mx, sc->block_mass));
 	} else {
+		/* Every exp is needed for logprobs or when no top_k bounds the set. */
+		bool all = want_lp || p->top_k <= 0 || p->top_k >= vocab;
 		double sum = 0.0;
-		for (int i = 0; i < vocab; i++) {
-			sc->prob[i] = expf(logits[i] - mx);
-			sum += (double)sc->prob[i];
+		if (all) {
+			sum = exp_pass(sc->prob, logits, vocab, mx, sc->block_mass);
+			logz = (double)mx + log(sum);
 		}
-		logz = (double)mx + log(sum);
-		tok = sample_truncated(p, logits, vocab, sc, sum, u);
+		tok = sample_truncated(p, logits, vocab, mx, sc, all, sum, u);
 		if (tok < 0)
-			return ERR_INTERNAL; /* max has prob 1, so some weight is > 0 */
+			return ERR_INTERNAL; /* the max has weight 1 and is always kept */
 	}
 
 	memset(out, 0, sizeof(*out));
 	out->token = tok;
-	if (p->logprobs >= 0)
+	if (want_lp)
 		fill_logprobs(p, logits, vocab, logz, out);
 	return sampler_accept(s, tok);
 }

@@ -119,10 +119,17 @@ int sampler_accept(struct sampler_state *s, int32_t token);
 
 /* Reusable work memory for one vocabulary size, owned by the engine thread,
  * shared by every sequence it samples so a step never mallocs. */
+#define SAMPLER__NB 2048	/* histogram buckets for top_k / top_p */
+#define SAMPLER__NATS 32.0f	/* they span [max - 32, max] in logit units */
+#define SAMPLER__BLOCK 64	/* tokens per block_mass entry */
+
 struct sampler_scratch {
 	int vocab;
-	float *prob;	/* [vocab] exp(logit - max) */
-	int32_t *idx;	/* [vocab] candidate ids */
+	float *prob;	    /* [vocab] exp(logit - max) */
+	int32_t *idx, *tmp; /* [vocab] each: candidate ids */
+	uint32_t *hist_n;   /* [SAMPLER__NB] */
+	double *hist_mass;  /* [SAMPLER__NB] */
+	double *block_mass; /* [vocab / SAMPLER__BLOCK + 1] mass per block of tokens */
 };
 
 int sampler_scratch_init(struct sampler_scratch *sc, int vocab);

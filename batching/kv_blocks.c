@@ -119,6 +119,11 @@ int kv_block_size(const struct kv_pool *p)
 	return p->block_size;
 }
 
+bool kv_prefix_caching(const struct kv_pool *p)
+{
+	return p->prefix_caching;
+}
+
 int kv_table_init(struct kv_table *t, int cap_blocks)
 {
 	memset(t, 0, sizeof(*t));

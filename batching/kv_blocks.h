@@ -65,6 +65,7 @@ struct kv_stats {
 int kv_pool_create(const struct kv_opts *o, struct kv_pool **out, struct diag *d);
 void kv_pool_destroy(struct kv_pool *p);
 int kv_block_size(const struct kv_pool *p);
+bool kv_prefix_caching(const struct kv_pool *p);
 
 /* cap_blocks: the most blocks the table may hold (max_model_len / block_size, rounded up). */
 int kv_table_init(struct kv_table *t, int cap_blocks);

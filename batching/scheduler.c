@@ -323,7 +323,8 @@ static void admit_waiting(struct sched *s)
 		int held;
 		int hit = kv_match_prefix(s->pool, &w->kv, w->tokens, w->n_tokens, &held);
 		int max_hit = (w->n_tokens - 1) / s->block_size;
-		if (hit < max_hit && hit < w->kv.n_hashes && prefix_in_flight(s, w, hit))
+		if (kv_prefix_caching(s->pool) && hit < max_hit && hit < w->kv.n_hashes &&
+		    prefix_in_flight(s, w, hit))
 			break; /* wait for the shared blocks rather than compute them twice */
 		int cached = hit * s->block_size;
 		int left = w->n_tokens - cached;

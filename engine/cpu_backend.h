@@ -51,7 +51,8 @@ struct cpu_backend {
 	int max_tokens;
 	int max_ctx; /* attention scratch length per thread */
 	float *x, *xn, *q, *k, *v, *attn, *tmp, *gate, *up;
-	float *scratch; /* n_threads * (max_ctx + head_dim) */
+	float *scratch; /* n_threads * scratch_per_thread */
+	size_t scratch_per_thread; /* GQA group * max_ctx + head_dim floats */
 	int32_t *row_seq; /* (max_tokens) sequence index of each row */
 };
 

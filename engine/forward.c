@@ -29,7 +29,7 @@ struct fwd {
 
 static float *scratch_of(struct cpu_backend *cb, int ith)
 {
-	return cb->scratch + (size_t)ith * ((size_t)cb->max_ctx + (size_t)cb->cfg.head_dim);
+	return cb->scratch + (size_t)ith * cb->scratch_per_thread;
 }
 
 /* ---- embedding -------------------------------------------------------------- */
@@ -111,8 +111,9 @@ static void job_qkv_post(void *p, int ith, int nth)
 
 /* ---- attention -------------------------------------------------------------- */
 
-/* Work items are (row, head) pairs handed out round-robin: in a prefill chunk
- * later rows see longer contexts, so contiguous ranges would be unbalanced. */
+/* Work items are (row, kv head) pairs, each covering the kv head's group of
+ * query heads, handed out round-robin: in a prefill chunk later rows see
+ * longer contexts, so contiguous ranges would be unbalanced. */
 static void job_attention(void *p, int ith, int nth)
 {
 	struct fwd *f = p;
@@ -131,17 +132,18 @@ static void job_attention(void *p, int ith, int nth)
 		.head_dim = hd,
 		.scale = 1.0f / sqrtf((float)hd),
 	};
-	const long n_items = (long)f->b->n_tokens * c->n_heads;
+	const long n_items = (long)f->b->n_tokens * c->n_kv_heads;
 	for (long it = ith; it < n_items; it += nth) {
-		long r = it / c->n_heads;
-		int h = (int)(it % c->n_heads);
+		long r = it / c->n_kv_heads;
+		int kvh = (int)(it % c->n_kv_heads);
 		int s = f->row_seq[r];
-		a.q = cb->q + r * (size_t)q_dim + (size_t)h * hd;
-		a.out = cb->attn + r * (size_t)q_dim + (size_t)h * hd;
+		size_t off = r * (size_t)q_dim + (size_t)kvh * group * hd;
+		a.q = cb->q + off;
+		a.out = cb->attn + off;
 		a.block_table = f->b->block_tables + (size_t)s * f->b->max_blocks_per_seq;
 		a.n_ctx = f->b->positions[r] + 1; /* causal: up to and including itself */
-		a.kv_head = h / group;
-		kops_attn_head(cb->isa, &a);
+		a.kv_head = kvh;
+		kops_attn_group(cb->isa, &a, group);
 	}
 }
 

@@ -83,6 +83,13 @@ struct kops_attn_args {
 void kops_attn_head_ref(const struct kops_attn_args *a);
 void kops_attn_head(enum kops_isa isa, const struct kops_attn_args *a);
 
+/* The n_q query heads that share kv_head (GQA), in one pass over the cache
+ * so each K/V row is read once for all of them: q and out are [n_q, head_dim]
+ * (consecutive heads), scratch is [n_q * n_ctx]. Same result as n_q calls of
+ * kops_attn_head. */
+void kops_attn_group_ref(const struct kops_attn_args *a, int n_q);
+void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q);
+
 /* Index of the largest value (the first on ties); -1 when n <= 0. */
 int kops_argmax(const float *x, int n);
 

@@ -357,3 +357,65 @@ void kops_attn_head(enum kops_isa isa, const struct kops_attn_args *a)
 		}
 	}
 }
+
+/* GQA: the K/V row of each position is loaded once (it stays in L1) for all
+ * n_q query heads of the group; each head keeps its own scores and max. */
+void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
+{
+	const int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx;
+	const long row_stride = (long)a->n_kv_heads * hd;
+	const int is_f16 = a->kv_dtype == DT_F16;
+	float *s = a->scratch; /* [n_q][n_ctx] */
+	float max[64], inv[64];
+	if (n_q > 64) { /* wider groups than any model has: one head at a time */
+		for (int g = 0; g < n_q; g++) {
+			struct kops_attn_args h = *a;
+			h.q = a->q + (long)g * hd;
+			h.out = a->out + (long)g * hd;
+			kops_attn_head(isa, &h);
+		}
+		return;
+	}
+	for (int g = 0; g < n_q; g++)
+		max[g] = -INFINITY;
+	for (int t0 = 0; t0 < n_ctx; t0 += bs) {
+		int n = n_ctx - t0 < bs ? n_ctx - t0 : bs;
+		long base = (long)a->block_table[t0 / bs] * bs * row_stride + (long)a->kv_head * hd;
+		for (int j = 0; j < n; j++) {
+			long off = base + j * row_stride;
+			for (int g = 0; g < n_q; g++) {
+				const float *q = a->q + (long)g * hd;
+				float d = is_f16 ? dot_f16(isa, q, (const uint16_t *)a->k_cache + off, hd)
+						 : dot_f32(isa, q, (const float *)a->k_cache + off, hd);
+				d *= a->scale;
+				s[(long)g * n_ctx + t0 + j] = d;
+				if (d > max[g])
+					max[g] = d;
+			}
+		}
+	}
+	for (int g = 0; g < n_q; g++) {
+		float *sg = s + (long)g * n_ctx, sum = 0.0f;
+		for (int t = 0; t < n_ctx; t++) {
+			sg[t] = expf(sg[t] - max[g]);
+			sum += sg[t];
+		}
+		inv[g] = 1.0f / sum;
+	}
+	memset(a->out, 0, (size_t)n_q * hd * sizeof(float));
+	for (int t0 = 0; t0 < n_ctx; t0 += bs) {
+		int n = n_ctx - t0 < bs ? n_ctx - t0 : bs;
+		long base = (long)a->block_table[t0 / bs] * bs * row_stride + (long)a->kv_head * hd;
+		for (int j = 0; j < n; j++) {
+			long off = base + j * row_stride;
+			for (int g = 0; g < n_q; g++) {
+				float p = s[(long)g * n_ctx + t0 + j] * inv[g];
+				float *o = a->out + (long)g * hd;
+				if (is_f16)
+					axpy_f16(isa, o, p, (const uint16_t *)a->v_cache + off, hd);
+				else
+					axpy_f32(isa, o, p, (const float *)a->v_cache + off, hd);
+			}
+		}
+	}
+}

@@ -107,6 +107,16 @@ void kops_attn_head_ref(const struct kops_attn_args *a)
 	}
 }
 
+void kops_attn_group_ref(const struct kops_attn_args *a, int n_q)
+{
+	for (int g = 0; g < n_q; g++) {
+		struct kops_attn_args h = *a;
+		h.q = a->q + (long)g * a->head_dim;
+		h.out = a->out + (long)g * a->head_dim;
+		kops_attn_head_ref(&h);
+	}
+}
+
 int kops_argmax(const float *x, int n)
 {
 	if (n <= 0)

@@ -161,6 +161,32 @@ START_TEST(test_attention)
 				}
 			}
 		}
+		/* GQA group: all query heads of kv head 1 in one pass == per head */
+		{
+			enum { NQ = 3 };
+			float qg[NQ * 128], og[NQ * 128], rg[NQ * 128], sg[NQ * 12 * 16];
+			fill(qg, NQ * hd, 1.0f);
+			for (int kvd = 0; kvd < 2; kvd++) {
+				for (int ci = 0; ci < 6; ci++) {
+					struct kops_attn_args a = {
+						.q = qg, .out = rg, .scratch = sg,
+						.k_cache = kvd ? (void *)kh : (void *)kf,
+						.v_cache = kvd ? (void *)vh : (void *)vf,
+						.kv_dtype = kvd ? DT_F16 : DT_F32,
+						.block_table = table, .block_size = bs,
+						.n_ctx = ctxs[ci], .kv_head = 1, .n_kv_heads = n_kv,
+						.head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+					};
+					kops_attn_group_ref(&a, NQ);
+					for (int isa = 0; isa <= (int)best; isa++) {
+						a.out = og;
+						kops_attn_group(isa, &a, NQ);
+						ck_assert_int_eq(compare("attn-group", isa, og, rg, NQ * hd, 1e-6f, 1e-4f), 0);
+						a.out = rg;
+					}
+				}
+			}
+		}
 		/* ctx 1: the output is exactly V of position 0 */
 		struct kops_attn_args a = { .q = q, .out = got, .scratch = scratch, .k_cache = kf,
 					    .v_cache = vf, .kv_dtype = DT_F32, .block_table = table,

@@ -16,6 +16,7 @@ static const struct subcommand subcommands[] = {
 	{ "inspect", "print a model's config, tensor table and totals", cmd_inspect },
 	{ "make-model", "write a deterministic random-weight test model", cmd_make_model },
 	{ "serve", "serve a model over an OpenAI-compatible HTTP API", cmd_serve },
+	{ "tokenize", "text to token ids (or --decode ids) with a model's tokenizer", cmd_tokenize },
 	{ "version", "print the version and build features", cmd_version },
 };
 

@@ -17,6 +17,9 @@ mkdir -p "$out"
 lib_src=(
   "$root/engine/gguf.c" "$root/engine/safetensors.c"
   "$root/common/err.c" "$root/common/buf.c" "$root/kernels/dtype.c"
+  # api/ (fuzz_api): parsers, renderers, chat templates
+  "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/response.c"
+  "$root/api/chat_template.c" "$root/common/arena.c"
 )
 cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I"$root"
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)

@@ -27,6 +27,8 @@
 #define MM_KC 256	     /* k-depth of a packed GEMM panel */
 #define MM_I8_KCHUNK 65536   /* int32 lanes cannot overflow below 2^17 */
 #define MM_XBLOCK_BYTES (256 * 1024) /* quantized X kept hot per block */
+#define MM_INT_TILE_MAX_M 4  /* integer path: dot tiles up to here, packed GEMM above */
+#define MM_I8_PACKED_MAX_K 32768 /* packed I8 keeps whole-row sums in int32 lanes */
 
 /* ---- instruction-set selection ------------------------------------------ */
 
@@ -110,9 +112,11 @@ struct mm_call {
 	const float *x;
 	int m;
 	float *y;
-	int8_t *xq;   /* integer paths: quantized X, m * cols */
+	int8_t *xq;   /* integer paths: quantized X, m rows of ldq bytes */
 	float *xd;    /* and its scales, m * n_xd */
 	int64_t n_xd; /* scales per X row: cols/32 (Q8_0) or 1 (I8) */
+	int64_t ldq;  /* cols rounded up to a multiple of 4 (zero padding) */
+	int x_u8;     /* store xq + 128 (the packed GEMM's unsigned operand) */
 	int64_t xblock; /* X rows per block in the integer loops */
 };
 
@@ -195,11 +199,15 @@ static void quantize_x_worker(void *p, int ith, int nth)
 	long j0, j1;
 	kpool_split(c->m, ith, nth, &j0, &j1);
 	for (long j = j0; j < j1; j++) {
+		int8_t *q = c->xq + j * c->ldq;
 		if (c->w->dtype == DT_Q8_0)
-			kcpu_quantize_act_q8_0(c->x + j * cols, cols, c->xq + j * cols,
-					       c->xd + j * c->n_xd);
+			kcpu_quantize_act_q8_0(c->x + j * cols, cols, q, c->xd + j * c->n_xd);
 		else
-			kcpu_quantize_act_i8(c->x + j * cols, cols, c->xq + j * cols, c->xd + j);
+			kcpu_quantize_act_i8(c->x + j * cols, cols, q, c->xd + j);
+		memset(q + cols, 0, (size_t)(c->ldq - cols));
+		if (c->x_u8) /* q + 128 as unsigned: flip the sign bit */
+			for (int64_t k = 0; k < c->ldq; k++)
+				q[k] = (int8_t)((uint8_t)q[k] ^ 0x80u);
 	}
 }
 
@@ -217,7 +225,7 @@ static void q8_worker(void *p, int ith, int nth)
 			const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
 			for (int64_t j0 = b0; j0 < b1; j0 += MM_TX) {
 				const int nx = (int)(b1 - j0 < MM_TX ? b1 - j0 : MM_TX);
-				c->k->dot_q8(nw, nx, wb + r0 * nb, nb, c->xq + j0 * cols,
+				c->k->dot_q8(nw, nx, wb + r0 * nb, nb, c->xq + j0 * c->ldq,
 					     c->xd + j0 * nb, c->y + j0 * rows + r0, rows);
 			}
 		}
@@ -244,7 +252,7 @@ static void i8_worker(void *p, int ith, int nth)
 										    : MM_I8_KCHUNK;
 					int32_t isum[MM_TX * MM_TW];
 					c->k->dot_i8(nw, nx, wq + r0 * cols + k0, cols,
-						     c->xq + j0 * cols + k0, cols, kn, isum);
+						     c->xq + j0 * c->ldq + k0, c->ldq, kn, isum);
 					for (int t = 0; t < MM_TX * MM_TW; t++)
 						total[t] += isum[t];
 				}
@@ -253,6 +261,112 @@ static void i8_worker(void *p, int ith, int nth)
 						float s = mm_row_scale(c->w, r0 + i) * c->xd[j0 + j];
 						c->y[(j0 + j) * rows + r0 + i] =
 							(float)total[j * MM_TW + i] * s;
+					}
+			}
+		}
+	}
+}
+
+/* ---- packed integer GEMM ---------------------------------------------------- */
+
+/* Bytes of one thread's packed-panel scratch: the interleaved quants, then
+ * F32 block scales (Q8_0), then int32 corrections, then int32 sums (I8). */
+static int qpanel_bytes(const struct kmat *w, int qmr, size_t *out)
+{
+	const size_t cols4 = ((size_t)w->cols + 3) / 4 * 4;
+	size_t q, extra;
+	int rc = ck_mul(cols4, MM_QNR, &q);
+	if (rc)
+		return rc;
+	if (w->dtype == DT_Q8_0)
+		extra = (size_t)w->cols / Q8_0_BLOCK * MM_QNR * (sizeof(float) + sizeof(int32_t));
+	else
+		extra = (size_t)MM_QNR * sizeof(int32_t) * (size_t)(1 + qmr);
+	return ck_add(q, extra, out);
+}
+
+static void pack_q8(const struct kmat *w, int64_t r0, int nv, uint8_t *panel, float *dw,
+		    int32_t *corr)
+{
+	const int64_t nb = w->cols / Q8_0_BLOCK;
+	const struct q8_0_block *wb = w->data;
+	for (int c = 0; c < MM_QNR; c++) {
+		const struct q8_0_block *row = c < nv ? wb + (r0 + c) * nb : NULL;
+		for (int64_t b = 0; b < nb; b++) {
+			int32_t sum = 0;
+			for (int q = 0; q < Q8_0_BLOCK / 4; q++) {
+				uint8_t *dst = panel + ((b * (Q8_0_BLOCK / 4) + q) * MM_QNR + c) * 4;
+				if (row)
+					memcpy(dst, row[b].qs + 4 * q, 4);
+				else
+					memset(dst, 0, 4);
+			}
+			if (row)
+				for (int t = 0; t < Q8_0_BLOCK; t++)
+					sum += row[b].qs[t];
+			dw[b * MM_QNR + c] = row ? f16_to_f32(row[b].d) : 0.0f;
+			corr[b * MM_QNR + c] = 128 * sum;
+		}
+	}
+}
+
+static void pack_i8(const struct kmat *w, int64_t r0, int nv, uint8_t *panel, int32_t *corr)
+{
+	const int64_t cols = w->cols, ng = (cols + 3) / 4;
+	for (int c = 0; c < MM_QNR; c++) {
+		const int8_t *row = c < nv ? (const int8_t *)w->data + (r0 + c) * cols : NULL;
+		int32_t sum = 0;
+		for (int64_t g = 0; g < ng; g++) {
+			uint8_t *dst = panel + (g * MM_QNR + c) * 4;
+			memset(dst, 0, 4);
+			if (!row)
+				continue;
+			int64_t n = cols - 4 * g < 4 ? cols - 4 * g : 4;
+			memcpy(dst, row + 4 * g, (size_t)n);
+			for (int64_t t = 0; t < n; t++)
+				sum += row[4 * g + t];
+		}
+		corr[c] = 128 * sum;
+	}
+}
+
+static void qgemm_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const struct kmat *w = c->w;
+	const int64_t rows = w->rows, cols = w->cols, nb = cols / Q8_0_BLOCK;
+	const int64_t ng = (cols + 3) / 4;
+	const int qmr = c->k->qmr;
+	long p0, p1;
+	kpool_split((long)((rows + MM_QNR - 1) / MM_QNR), ith, nth, &p0, &p1);
+	uint8_t *panel = kpool_scratch(c->pool, ith);
+	uint8_t *after = panel + (size_t)ng * 4 * MM_QNR;
+	const uint8_t *xu = (const uint8_t *)c->xq;
+	for (long pi = p0; pi < p1; pi++) {
+		const int64_t r0 = (int64_t)pi * MM_QNR;
+		const int nv = (int)(rows - r0 < MM_QNR ? rows - r0 : MM_QNR);
+		if (w->dtype == DT_Q8_0) {
+			float *dw = (float *)(void *)after;
+			int32_t *corr = (int32_t *)(void *)(dw + nb * MM_QNR);
+			pack_q8(w, r0, nv, panel, dw, corr);
+			for (int i0 = 0; i0 < c->m; i0 += qmr) {
+				const int mi = c->m - i0 < qmr ? c->m - i0 : qmr;
+				c->k->gemm_q8(mi, nb, panel, dw, corr, xu + i0 * c->ldq,
+					      c->xd + i0 * nb, c->ldq, c->y + (int64_t)i0 * rows + r0,
+					      rows, nv);
+			}
+		} else {
+			int32_t *corr = (int32_t *)(void *)after;
+			int32_t *isum = corr + MM_QNR;
+			pack_i8(w, r0, nv, panel, corr);
+			for (int i0 = 0; i0 < c->m; i0 += qmr) {
+				const int mi = c->m - i0 < qmr ? c->m - i0 : qmr;
+				c->k->gemm_i8(mi, ng, panel, corr, xu + i0 * c->ldq, c->ldq, isum);
+				for (int i = 0; i < mi; i++)
+					for (int col = 0; col < nv; col++) {
+						float s = mm_row_scale(w, r0 + col) * c->xd[i0 + i];
+						c->y[(int64_t)(i0 + i) * rows + r0 + col] =
+							(float)(int64_t)isum[i * MM_QNR + col] * s;
 					}
 			}
 		}
@@ -323,10 +437,17 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 				rc = ck_mul(cols, (size_t)MM_TW * sizeof(float), &per_thread);
 		}
 	} else {
-		fn = w->dtype == DT_Q8_0 ? q8_worker : i8_worker;
+		const bool packed = c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&
+				    (w->dtype == DT_Q8_0 || w->cols <= MM_I8_PACKED_MAX_K);
+		fn = packed ? qgemm_worker : w->dtype == DT_Q8_0 ? q8_worker : i8_worker;
+		c.x_u8 = packed;
 		c.n_xd = w->dtype == DT_Q8_0 ? (int64_t)cols / Q8_0_BLOCK : 1;
-		size_t q_bytes, d_bytes;
-		rc = ck_mul(m, cols, &q_bytes);
+		c.ldq = (int64_t)(cols + 3) / 4 * 4;
+		if (packed)
+			rc = qpanel_bytes(w, c.k->qmr, &per_thread);
+		size_t q_bytes = 0, d_bytes;
+		if (!rc)
+			rc = ck_mul(m, (size_t)c.ldq, &q_bytes);
 		if (!rc)
 			rc = ck_align_up(q_bytes, 64, &q_bytes);
 		if (!rc)

@@ -302,6 +302,121 @@ T512 static void gemm_avx512(int mr, int64_t kc, const float *panel, const float
 	}
 }
 
+/* ---- integer GEMM micro-kernels: 4 rows of X x 32 packed weight rows ------------ */
+
+#define QMR512 4
+
+INLINE512 __m512i bcast_word(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+INLINE512 void gemm_q8_tile(const int MR, int64_t nb, const uint8_t *panel, const float *dw,
+			    const int32_t *corr, const uint8_t *xu, const float *xd, int64_t ldx,
+			    float *y, int64_t ldy, int nv)
+{
+	__m512 f0[QMR512], f1[QMR512];
+#pragma GCC unroll 4
+	for (int i = 0; i < MR; i++) {
+		f0[i] = _mm512_setzero_ps();
+		f1[i] = _mm512_setzero_ps();
+	}
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *pb = panel + b * (Q8_0_BLOCK / 4) * MM_QNR * 4;
+		__m512i a0[QMR512], a1[QMR512];
+#pragma GCC unroll 4
+		for (int i = 0; i < MR; i++) {
+			a0[i] = _mm512_setzero_si512();
+			a1[i] = _mm512_setzero_si512();
+		}
+#pragma GCC unroll 8
+		for (int q = 0; q < Q8_0_BLOCK / 4; q++) {
+			__m512i w0 = _mm512_load_si512((const void *)(pb + q * MM_QNR * 4));
+			__m512i w1 = _mm512_load_si512((const void *)(pb + q * MM_QNR * 4 + 64));
+#pragma GCC unroll 4
+			for (int i = 0; i < MR; i++) {
+				__m512i xb = bcast_word(xu + i * ldx + b * Q8_0_BLOCK + q * 4);
+				a0[i] = _mm512_dpbusd_epi32(a0[i], xb, w0);
+				a1[i] = _mm512_dpbusd_epi32(a1[i], xb, w1);
+			}
+		}
+		const __m512i c0 = _mm512_load_si512((const void *)(corr + b * MM_QNR));
+		const __m512i c1 = _mm512_load_si512((const void *)(corr + b * MM_QNR + 16));
+		const __m512 d0 = _mm512_load_ps(dw + b * MM_QNR);
+		const __m512 d1 = _mm512_load_ps(dw + b * MM_QNR + 16);
+#pragma GCC unroll 4
+		for (int i = 0; i < MR; i++) {
+			__m512 dx = _mm512_set1_ps(xd[i * nb + b]);
+			f0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a0[i], c0)),
+						_mm512_mul_ps(d0, dx), f0[i]);
+			f1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a1[i], c1)),
+						_mm512_mul_ps(d1, dx), f1[i]);
+		}
+	}
+	const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
+	const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv > 16 ? low_mask16(nv - 16) : 0;
+#pragma GCC unroll 4
+	for (int i = 0; i < MR; i++) {
+		_mm512_mask_storeu_ps(y + i * ldy, m0, f0[i]);
+		_mm512_mask_storeu_ps(y + i * ldy + 16, m1, f1[i]);
+	}
+}
+
+T512 static void gemm_q8_avx512(int mr, int64_t nb, const uint8_t *panel, const float *dw,
+				const int32_t *corr, const uint8_t *xu, const float *xd, int64_t ldx,
+				float *y, int64_t ldy, int nv)
+{
+	switch (mr) {
+	case 1: gemm_q8_tile(1, nb, panel, dw, corr, xu, xd, ldx, y, ldy, nv); break;
+	case 2: gemm_q8_tile(2, nb, panel, dw, corr, xu, xd, ldx, y, ldy, nv); break;
+	case 3: gemm_q8_tile(3, nb, panel, dw, corr, xu, xd, ldx, y, ldy, nv); break;
+	case 4: gemm_q8_tile(4, nb, panel, dw, corr, xu, xd, ldx, y, ldy, nv); break;
+	default: break;
+	}
+}
+
+INLINE512 void gemm_i8_tile(const int MR, int64_t ng, const uint8_t *panel, const int32_t *corr,
+			    const uint8_t *xu, int64_t ldx, int32_t *isum)
+{
+	__m512i a0[QMR512], a1[QMR512];
+#pragma GCC unroll 4
+	for (int i = 0; i < MR; i++) {
+		a0[i] = _mm512_setzero_si512();
+		a1[i] = _mm512_setzero_si512();
+	}
+	for (int64_t g = 0; g < ng; g++) {
+		__m512i w0 = _mm512_load_si512((const void *)(panel + g * MM_QNR * 4));
+		__m512i w1 = _mm512_load_si512((const void *)(panel + g * MM_QNR * 4 + 64));
+#pragma GCC unroll 4
+		for (int i = 0; i < MR; i++) {
+			__m512i xb = bcast_word(xu + i * ldx + g * 4);
+			a0[i] = _mm512_dpbusd_epi32(a0[i], xb, w0);
+			a1[i] = _mm512_dpbusd_epi32(a1[i], xb, w1);
+		}
+	}
+	const __m512i c0 = _mm512_loadu_si512((const void *)corr);
+	const __m512i c1 = _mm512_loadu_si512((const void *)(corr + 16));
+#pragma GCC unroll 4
+	for (int i = 0; i < MR; i++) {
+		_mm512_storeu_si512((void *)(isum + i * MM_QNR), _mm512_sub_epi32(a0[i], c0));
+		_mm512_storeu_si512((void *)(isum + i * MM_QNR + 16), _mm512_sub_epi32(a1[i], c1));
+	}
+}
+
+T512 static void gemm_i8_avx512(int mr, int64_t ng, const uint8_t *panel, const int32_t *corr,
+				const uint8_t *xu, int64_t ldx, int32_t *isum)
+{
+	switch (mr) {
+	case 1: gemm_i8_tile(1, ng, panel, corr, xu, ldx, isum); break;
+	case 2: gemm_i8_tile(2, ng, panel, corr, xu, ldx, isum); break;
+	case 3: gemm_i8_tile(3, ng, panel, corr, xu, ldx, isum); break;
+	case 4: gemm_i8_tile(4, ng, panel, corr, xu, ldx, isum); break;
+	default: break;
+	}
+}
+
 static const struct mm_kernels avx512_kernels = {
 	.name = "avx512",
 	.cvt = cvt_avx512,
@@ -311,6 +426,9 @@ static const struct mm_kernels avx512_kernels = {
 	.mr = MR512,
 	.nr = NR512,
 	.gemm = gemm_avx512,
+	.qmr = QMR512,
+	.gemm_q8 = gemm_q8_avx512,
+	.gemm_i8 = gemm_i8_avx512,
 };
 
 const struct mm_kernels *mm_kernels_avx512(void)

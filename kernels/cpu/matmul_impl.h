@@ -38,7 +38,24 @@ struct mm_kernels {
 	int mr, nr;
 	void (*gemm)(int mr, int64_t kc, const float *panel, const float *x, int64_t ldx, float *y,
 		     int64_t ldy, int nv, int accumulate);
+	/* Integer GEMM micro-kernels over a packed int8 panel of MM_QNR weight
+	 * rows (NULL when the path has none; see pack_q8/pack_i8 in matmul.c):
+	 * panel[(g*MM_QNR + c)*4 + t] = W[r0+c][4g+t], so one 64-byte load holds
+	 * 4 consecutive k of 16 rows (the vpdpbusd operand layout). Activations
+	 * xu are unsigned: quantized value + 128, rows of ldx bytes; corr[]
+	 * holds 128 * (sum of the weights it covers) to take that back out.
+	 * Q8_0: nb blocks; dw[b*MM_QNR + c] the weight scales, corr per block;
+	 *   y[i*ldy + c] = sum_b dw * xd[i*nb + b] * (exact block dot), c < nv.
+	 * I8: ng groups of 4 k; corr per row; isum[i*MM_QNR + c] = exact dot. */
+	int qmr;
+	void (*gemm_q8)(int mr, int64_t nb, const uint8_t *panel, const float *dw,
+			const int32_t *corr, const uint8_t *xu, const float *xd, int64_t ldx,
+			float *y, int64_t ldy, int nv);
+	void (*gemm_i8)(int mr, int64_t ng, const uint8_t *panel, const int32_t *corr,
+			const uint8_t *xu, int64_t ldx, int32_t *isum);
 };
+
+#define MM_QNR 32 /* weight rows per packed int8 panel */
 
 const struct mm_kernels *mm_kernels_scalar(void);
 /* NULL when not built for this architecture. */

@@ -552,7 +552,24 @@ struct st_writer {
 	struct st_wtensor *t;
 	size_t n, cap;
 	cJSON *meta;
+	size_t *order; /* data order: wider elements first, so each stays aligned */
 };
+
+/* Lay the data out widest element type first (as the reference writer does):
+ * with an 8-aligned header every tensor is then naturally aligned. */
+static int plan_order(struct st_writer *w)
+{
+	free(w->order);
+	w->order = malloc((w->n ? w->n : 1) * sizeof *w->order);
+	if (!w->order)
+		return ERR_NOMEM;
+	size_t k = 0;
+	for (size_t es = 8; es >= 1; es /= 2)
+		for (size_t i = 0; i < w->n; i++)
+			if (st_elem_size(w->t[i].dtype) == es)
+				w->order[k++] = i;
+	return 0;
+}
 
 int st_writer_create(struct st_writer **out)
 {
@@ -570,6 +587,7 @@ void st_writer_destroy(struct st_writer *w)
 	for (size_t i = 0; i < w->n; i++)
 		free(w->t[i].name);
 	free(w->t);
+	free(w->order);
 	cJSON_Delete(w->meta);
 	free(w);
 }
@@ -633,8 +651,8 @@ static int build_header(struct st_writer *w, char **out, size_t *len)
 			rc = ERR_NOMEM;
 	}
 	uint64_t off = 0;
-	for (size_t i = 0; i < w->n && !rc; i++) {
-		const struct st_wtensor *t = &w->t[i];
+	for (size_t k = 0; k < w->n && !rc; k++) {
+		const struct st_wtensor *t = &w->t[w->order[k]];
 		cJSON *e = cJSON_AddObjectToObject(root, t->name);
 		cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
 		cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
@@ -642,8 +660,8 @@ static int build_header(struct st_writer *w, char **out, size_t *len)
 			rc = ERR_NOMEM;
 			break;
 		}
-		for (int k = 0; k < t->n_dims; k++)
-			cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[k]));
+		for (int j = 0; j < t->n_dims; j++)
+			cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[j]));
 		cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
 		off += t->n_bytes;
 		cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
@@ -669,24 +687,27 @@ static int emit(struct st_writer *w, FILE *fp, struct buf *b)
 {
 	char *hdr;
 	size_t hlen;
-	int rc = build_header(w, &hdr, &hlen);
-	if (rc)
+	int rc = plan_order(w);
+	if (rc || (rc = build_header(w, &hdr, &hlen)))
 		return rc;
 	uint64_t h = hlen;
 	if (fp) {
 		if (fwrite(&h, 8, 1, fp) != 1 || fwrite(hdr, 1, hlen, fp) != hlen)
 			rc = ERR_IO;
-		for (size_t i = 0; i < w->n && !rc; i++)
-			if (w->t[i].n_bytes &&
-			    fwrite(w->t[i].data, 1, (size_t)w->t[i].n_bytes, fp) != w->t[i].n_bytes)
+		for (size_t k = 0; k < w->n && !rc; k++) {
+			const struct st_wtensor *t = &w->t[w->order[k]];
+			if (t->n_bytes && fwrite(t->data, 1, (size_t)t->n_bytes, fp) != t->n_bytes)
 				rc = ERR_IO;
+		}
 	} else {
 		rc = buf_append(b, &h, 8);
 		if (!rc)
 			rc = buf_append(b, hdr, hlen);
-		for (size_t i = 0; i < w->n && !rc; i++)
-			if (w->t[i].n_bytes)
-				rc = buf_append(b, w->t[i].data, (size_t)w->t[i].n_bytes);
+		for (size_t k = 0; k < w->n && !rc; k++) {
+			const struct st_wtensor *t = &w->t[w->order[k]];
+			if (t->n_bytes)
+				rc = buf_append(b, t->data, (size_t)t->n_bytes);
+		}
 	}
 	free(hdr);
 	return rc;

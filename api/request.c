@@ -146,8 +146,16 @@ static int to_token_array(struct api__jp *p, const cJSON *arr, const char *param
 	if (!t)
 		return oom(p);
 	size_t i = 0;
-	char sub[96];
+	double hi = (double)max_token_id(p->lim);
 	for (const cJSON *c = arr->child; c; c = c->next, i++) {
+		/* Fast path for the common case; the field name is only
+		 * formatted when there is an error to report. */
+		double v = c->valuedouble;
+		if (cJSON_IsNumber(c) && v >= 0 && v <= hi && v == (double)(int32_t)v) {
+			t[i] = (int32_t)v;
+			continue;
+		}
+		char sub[96];
 		snprintf(sub, sizeof sub, "%s[%zu]", param, i);
 		int rc = to_token_id(p, c, sub, &t[i]);
 		if (rc)
@@ -315,7 +323,9 @@ static int parse_common(struct api__jp *p, const cJSON *root, char **model, bool
 	if ((rc = get_string(p, root, "model", model, NULL)) ||
 	    (rc = get_string(p, root, "user", user, NULL)) ||
 	    (rc = get_bool(p, root, "stream", "stream", NULL, stream)) ||
-	    (rc = get_int_in(p, root, "n", 1, p->lim->max_n, &has, &v)))
+	    (rc = get_int_in(p, root, "n", 1,
+			     p->lim->max_n < API_MAX_N_HARD ? p->lim->max_n : API_MAX_N_HARD, &has,
+			     &v)))
 		return rc;
 	*n = has ? (int)v : 1;
 	const cJSON *so;
@@ -428,6 +438,11 @@ static int completion_body(struct api__jp *p, const cJSON *root, struct api_comp
 	if ((rc = get_int_in(p, root, "logprobs", 0, API_MAX_LOGPROBS, &has_lp, &v)))
 		return rc;
 	r->logprobs = has_lp ? (int)v : -1;
+	const cJSON *suffix;
+	if ((rc = api__member(p, root, "suffix", "suffix", &suffix)))
+		return rc;
+	if (suffix && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
+		return api__bad_code(p, ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
 	return check_min_tokens(p, &r->s, r->has_max_tokens, r->max_tokens);
 }
 
@@ -584,6 +599,23 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 		return rc;
 	if (tools && !(cJSON_IsArray(tools) && !tools->child))
 		return api__bad_code(p, ERR_UNSUPPORTED, "tools", "tools are not supported");
+	/* Structured output would be silently ignored; say so instead. */
+	const cJSON *rf, *rft;
+	if ((rc = api__member(p, root, "response_format", "response_format", &rf)))
+		return rc;
+	if (rf) {
+		if (!cJSON_IsObject(rf))
+			return api__bad(p, "response_format", "'response_format' must be an object");
+		if ((rc = api__member(p, rf, "type", "response_format.type", &rft)))
+			return rc;
+		if (!rft || !cJSON_IsString(rft))
+			return api__bad(p, "response_format.type",
+					"'response_format.type' must be a string");
+		if (strcmp(rft->valuestring, "text"))
+			return api__bad_code(p, ERR_UNSUPPORTED, "response_format.type",
+					     "response_format type '%.40s' is not supported (only 'text')",
+					     rft->valuestring);
+	}
 	bool has_mct = false;
 	if ((rc = get_int_in(p, root, "max_tokens", 1, p->lim->max_tokens, &r->has_max_tokens,
 			     &v)))

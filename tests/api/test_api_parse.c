@@ -219,6 +219,9 @@ START_TEST(test_completion_validation)
 	expect_bad_c("{\"prompt\":\"x\",\"user\":5}", "user", "string");
 	expect_bad_c("{\"prompt\":\"x\",\"model\":[\"m\"]}", "model", "string");
 	expect_bad_c("{\"prompt\":\"x\",\"stop_token_ids\":[\"a\"]}", "stop_token_ids[0]", "integer");
+	expect_bad_c("{\"prompt\":\"x\",\"suffix\":\"tail\"}", "suffix", "not supported");
+	expect_bad_c("{\"prompt\":\"x\",\"temperature\":1e400}", "temperature", "finite");
+	expect_bad_c("{\"prompt\":\"\\udc00\"}", "", "invalid JSON");
 }
 END_TEST
 
@@ -400,6 +403,22 @@ START_TEST(test_chat_parse)
 			"tools", "not supported");
 	expect_bad_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":3}",
 			"temperature", "[0, 2]");
+	expect_bad_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			"\"response_format\":{\"type\":\"json_object\"}}",
+			"response_format.type", "not supported");
+	ck_assert_int_eq(parse_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+				    "\"response_format\":{\"type\":\"text\"},\"tools\":[],"
+				    "\"suffix\":1}",
+				    &r, &e),
+			 0);
+	api_chat_req_free(&r);
+	/* the server's max_n above the compile-time ceiling is clamped */
+	struct api_limits lim;
+	api_limits_default(&lim);
+	lim.max_n = 1000;
+	const char *big_n = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":129}";
+	ck_assert_int_lt(api_parse_chat(big_n, strlen(big_n), &lim, &r, &e), 0);
+	ck_assert_str_eq(e.param, "n");
 }
 END_TEST
 

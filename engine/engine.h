@@ -24,12 +24,17 @@
 #include "common/err.h"
 #include "engine/model.h"
 
+/* Options for engine_create. The activations are sized for
+ * max_batch_tokens rows; attention scratch for max_blocks_per_seq *
+ * block_size positions per worker. */
 struct engine_opts {
 	int n_threads;		  /* CPU worker threads; 0 = one per core */
 	int block_size;		  /* tokens per KV block (default 16) */
 	int n_kv_blocks;	  /* blocks in the pool */
 	enum dtype kv_dtype;	  /* DT_F32 or DT_F16 on CPU */
-	enum dtype quantization;  /* DT_F32 = keep the file's dtypes; DT_I8 or DT_F8_E4M3 */
+	enum dtype quantization;  /* DT_F32 = keep the file's dtypes; DT_I8 or DT_F8_E4M3:
+				   * F32/F16/BF16 projection weights become per-row int8 /
+				   * fp8 at create (embeddings and LM head keep theirs) */
 	int max_batch_tokens;	  /* most rows in one step (sizes the activations) */
 	int max_seqs;		  /* most sequences in one step */
 	int max_blocks_per_seq;	  /* block table width; ceil(max_model_len / block_size) */
@@ -84,7 +89,7 @@ int engine_vocab(const struct engine *e);
 int engine_copy_blocks(struct engine *e, const int32_t *src, const int32_t *dst, int n);
 
 /* Bytes one KV block takes across all layers (K and V), for sizing the pool
- * from a memory budget. */
+ * from a memory budget; 0 for an invalid shape or dtype, or on overflow. */
 size_t engine_kv_block_bytes(const struct model_config *cfg, int block_size, enum dtype kv_dtype);
 
 #endif

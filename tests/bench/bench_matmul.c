@@ -191,65 +191,90 @@ struct shape {
 };
 
 static const struct shape shapes[] = {
-	{ "q/o  2048x2048", 2048, 2048, 2 },
-	{ "k/v   512x2048", 512, 2048, 2 },
+	{ "q/o 2048x2048", 2048, 2048, 2 },
+	{ "k/v 512x2048", 512, 2048, 2 },
 	{ "gate/up 8192x2048", 8192, 2048, 2 },
 	{ "down 2048x8192", 2048, 8192, 1 },
 	{ "lm_head 32000x2048", 32000, 2048, 0 },
 };
+#define N_SHAPES ((int)(sizeof shapes / sizeof *shapes))
 #define N_LAYERS 16
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(void)
+static uint64_t next_rand(void)
 {
 	rng ^= rng << 13;
 	rng ^= rng >> 7;
 	rng ^= rng << 17;
-	return (float)((rng >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+	return rng;
+}
+static float frand(void)
+{
+	return (float)((next_rand() >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-/* Best time of reps runs (at least one warm-up). */
-static double time_matmul(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
-			  int reps)
+static int copies_of(const struct shape *s)
 {
-	kcpu_matmul(pool, w, x, m, y);
-	double best = 1e30;
-	for (int r = 0; r < reps; r++) {
-		double t0 = now_s();
-		kcpu_matmul(pool, w, x, m, y);
-		double t = now_s() - t0;
-		if (t < best)
-			best = t;
-	}
-	return best;
+	return s->per_layer ? s->per_layer * N_LAYERS : 1;
 }
 
-static int make_weight(enum dtype t, int64_t rows, int64_t cols, struct kmat *w)
+/* Random weights of dtype t; every copy distinct memory (the first one
+ * random, the others copies of it: the data does not matter, the bytes
+ * streamed do). Returns bytes per copy, 0 when out of memory. */
+static uint64_t make_weights(enum dtype t, const struct shape *s, int n, struct kmat *w)
 {
-	size_t n = (size_t)rows * (size_t)cols;
-	float *f = malloc(n * sizeof(float));
-	if (!f)
-		return -1;
-	for (size_t i = 0; i < n; i++)
-		f[i] = frand() * 0.05f;
-	struct kmat src = { DT_F32, rows, cols, f, NULL, 0 };
-	*w = (struct kmat){ t, rows, cols, NULL, NULL, 0 };
-	if (t == DT_F16) {
-		uint16_t *h = malloc(n * 2);
-		if (h)
-			for (size_t i = 0; i < n; i++)
-				h[i] = f32_to_f16(f[i]);
-		w->data = h;
-	} else {
-		struct q8_0_block *b = malloc(n / 32 * sizeof *b);
-		if (b && kcpu_quantize_q8_0(&src, b)) {
-			free(b);
-			b = NULL;
+	uint64_t row_bytes;
+	dtype_row_bytes(t, (uint64_t)s->cols, &row_bytes);
+	const size_t bytes = (size_t)(row_bytes * (uint64_t)s->rows);
+	for (int c = 0; c < n; c++) {
+		void *p = malloc(bytes);
+		if (!p)
+			return 0;
+		if (c > 0) {
+			memcpy(p, w[0].data, bytes);
+		} else if (t == DT_F16) {
+			uint16_t *h = p;
+			for (size_t i = 0; i < bytes / 2; i++)
+				h[i] = f32_to_f16(frand() * 0.05f);
+		} else {
+			struct q8_0_block *b = p;
+			const uint16_t d = f32_to_f16(0.05f / 127.0f);
+			for (size_t i = 0; i < bytes / sizeof *b; i++) {
+				b[i].d = d;
+				for (int k = 0; k < Q8_0_BLOCK; k++)
+					b[i].qs[k] = (int8_t)((int)(next_rand() % 255) - 127);
+			}
 		}
-		w->data = b;
+		w[c] = (struct kmat){ t, s->rows, s->cols, p, NULL, 0 };
 	}
-	free(f);
-	return w->data ? 0 : -1;
+	return bytes;
+}
+
+/* One decode/prefill step over the whole model at m rows: every layer's
+ * matmuls in order, then the LM head, so weights come from memory, not from
+ * cache. Adds each shape's time to t_shape[]; returns the total. */
+static double model_pass(struct kpool *pool, struct kmat *const *w, const float *x, int m,
+			 float *y, double *t_shape)
+{
+	double total = 0;
+	for (int l = 0; l < N_LAYERS; l++)
+		for (int s = 0; s < N_SHAPES; s++)
+			for (int u = 0; u < shapes[s].per_layer; u++) {
+				double t0 = now_s();
+				kcpu_matmul(pool, &w[s][l * shapes[s].per_layer + u], x, m, y);
+				double t = now_s() - t0;
+				t_shape[s] += t;
+				total += t;
+			}
+	for (int s = 0; s < N_SHAPES; s++)
+		if (!shapes[s].per_layer) {
+			double t0 = now_s();
+			kcpu_matmul(pool, &w[s][0], x, m, y);
+			double t = now_s() - t0;
+			t_shape[s] += t;
+			total += t;
+		}
+	return total;
 }
 
 int main(int argc, char **argv)
@@ -272,10 +297,11 @@ int main(int argc, char **argv)
 	}
 	const int nt = kpool_size(pool);
 	const enum kcpu_isa isa = kcpu_isa_best();
-	printf("bench_matmul: %d threads, matmul path %s\n", nt, kcpu_isa_name(isa));
+	printf("bench_matmul: %d threads, matmul path %s%s\n", nt, kcpu_isa_name(isa),
+	       quick ? ", quick" : "");
 
-	/* memory */
-	struct mem_probe mp = { .n = (size_t)1 << 25 }; /* 128 MiB per array */
+	/* memory: arrays well beyond the last-level cache */
+	struct mem_probe mp = { .n = (size_t)1 << 26 }; /* 256 MiB per array */
 	mp.a = aligned_alloc(64, mp.n * sizeof(float));
 	mp.b = aligned_alloc(64, mp.n * sizeof(float));
 	mp.c = aligned_alloc(64, mp.n * sizeof(float));
@@ -283,7 +309,7 @@ int main(int argc, char **argv)
 		return 1;
 	kpool_run(pool, init_fn, &mp);
 	double triad = 0, rd = 0;
-	for (int r = 0; r < 5; r++) {
+	for (int r = 0; r < 4; r++) {
 		double t0 = now_s();
 		kpool_run(pool, triad_fn, &mp);
 		double t = now_s() - t0;
@@ -298,7 +324,7 @@ int main(int argc, char **argv)
 	free(mp.a);
 	free(mp.b);
 	free(mp.c);
-	printf("memory: triad %.1f GB/s (STREAM counting, 3 x 128 MiB arrays), read-only sum %.1f GB/s\n",
+	printf("memory: triad %.1f GB/s (STREAM counting, 3 x 256 MiB arrays), read-only sum %.1f GB/s\n",
 	       triad / 1e9, rd / 1e9);
 
 	/* compute peaks */
@@ -309,69 +335,88 @@ int main(int argc, char **argv)
 	} else if (isa == KCPU_ISA_AVX2) {
 		fma_peak = measure_peak(pool, 0);
 	}
-	printf("peaks (register-only loops on all threads): FMA %.1f GFLOP/s, int8 dot (vpdpbusd) %.1f GOP/s\n",
+	printf("peaks (register-only loops, all threads): FMA %.1f GFLOP/s, int8 dot (vpdpbusd, 1 MAC = 2 ops) %.1f GOP/s\n",
 	       fma_peak / 1e9, dot_peak / 1e9);
 
 	const enum dtype dts[] = { DT_F16, DT_Q8_0 };
-	const int ms[] = { 1, 16, 512 };
+	const int max_m = 512;
+	float *x = malloc((size_t)max_m * 8192 * sizeof(float));
+	float *y = malloc((size_t)max_m * 32000 * sizeof(float));
+	if (!x || !y)
+		return 1;
+	for (size_t i = 0; i < (size_t)max_m * 8192; i++)
+		x[i] = frand();
 	for (int di = 0; di < 2; di++) {
-		double model_t[3] = { 0 };
+		const enum dtype t = dts[di];
+		struct kmat *w[N_SHAPES];
+		uint64_t bytes[N_SHAPES];
 		double model_bytes = 0;
-		printf("\n%s\n%-20s %6s %10s %9s %9s %9s %10s\n", dtype_name(dts[di]), "shape", "m",
-		       "time ms", "GB/s", "GFLOP/s", "vs peak", "tok/s x");
-		for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-			const struct shape *s = &shapes[si];
-			struct kmat w;
-			if (make_weight(dts[di], s->rows, s->cols, &w)) {
+		for (int s = 0; s < N_SHAPES; s++) {
+			w[s] = calloc((size_t)copies_of(&shapes[s]), sizeof **w);
+			bytes[s] = w[s] ? make_weights(t, &shapes[s], copies_of(&shapes[s]), w[s]) : 0;
+			if (!bytes[s]) {
 				fprintf(stderr, "out of memory\n");
 				return 1;
 			}
-			uint64_t wbytes;
-			dtype_row_bytes(w.dtype, (uint64_t)s->cols, &wbytes);
-			wbytes *= (uint64_t)s->rows;
-			double count = s->per_layer ? (double)s->per_layer * N_LAYERS : 1.0;
-			model_bytes += count * (double)wbytes;
-			double t1 = 0;
-			for (int mi = 0; mi < 3; mi++) {
-				const int m = ms[mi];
-				if (m == 512 && quick && s->rows > 8192)
-					continue;
-				float *x = malloc((size_t)m * s->cols * sizeof(float));
-				float *y = malloc((size_t)m * s->rows * sizeof(float));
-				if (!x || !y)
-					return 1;
-				for (size_t i = 0; i < (size_t)m * s->cols; i++)
-					x[i] = frand();
-				int reps = m == 512 ? (quick ? 1 : 3) : (quick ? 5 : 20);
-				double t = time_matmul(pool, &w, x, m, y, reps);
-				double flops = 2.0 * m * (double)s->rows * (double)s->cols;
-				double peak = dts[di] == DT_Q8_0 ? dot_peak : fma_peak;
-				if (m == 1)
-					t1 = t;
-				if (m < 512)
-					model_t[mi] += count * t;
-				printf("%-20s %6d %10.3f %9.1f %9.1f %8.1f%% %10s\n", s->name, m, t * 1e3,
-				       (double)wbytes / t / 1e9, flops / t / 1e9,
-				       m == 1 ? 100.0 * (double)wbytes / t / triad
-					      : peak > 0 ? 100.0 * flops / t / peak : 0.0,
-				       "");
-				if (m == 16)
-					printf("%-20s %6s %10s %9s %9s %9s %9.2fx\n", "", "", "", "", "", "",
-					       16.0 * t1 / t);
-				free(x);
-				free(y);
-			}
-			free((void *)w.data);
+			model_bytes += (double)bytes[s] * copies_of(&shapes[s]);
 		}
-		printf("model (16 layers + lm_head, matmuls only), %s: %.1f MB of weights\n",
-		       dtype_name(dts[di]), model_bytes / 1e6);
-		printf("  m=1 : %.2f ms/token, %.1f tok/s, %.1f GB/s = %.0f%% of triad, %.0f%% of read bw\n",
-		       model_t[0] * 1e3, 1.0 / model_t[0], model_bytes / model_t[0] / 1e9,
-		       100.0 * model_bytes / model_t[0] / triad, 100.0 * model_bytes / model_t[0] / rd);
-		printf("  m=16: %.2f ms/step, %.1f tok/s = %.2fx the tok/s of m=1\n", model_t[1] * 1e3,
-		       16.0 / model_t[1], 16.0 * model_t[0] / model_t[1]);
+		/* decode: whole-model passes, best of a few */
+		double best[2] = { 1e30, 1e30 }, ts[2][N_SHAPES];
+		const int dm[2] = { 1, 16 };
+		for (int k = 0; k < 2; k++)
+			for (int r = 0; r < (quick ? 2 : 4); r++) {
+				double tsh[N_SHAPES] = { 0 };
+				double tt = model_pass(pool, w, x, dm[k], y, tsh);
+				if (r > 0 && tt < best[k]) { /* pass 0 warms up */
+					best[k] = tt;
+					memcpy(ts[k], tsh, sizeof tsh);
+				}
+			}
+		printf("\n%s: model of 16 layers + lm_head, %.0f MB of weights, every matmul reading from memory\n",
+		       dtype_name(t), model_bytes / 1e6);
+		printf("%-20s %12s %9s %8s %12s %14s\n", "shape", "m=1 ms/mat", "GB/s", "%triad",
+		       "m=16 ms/mat", "m=16 tok/s x");
+		for (int s = 0; s < N_SHAPES; s++) {
+			double n = copies_of(&shapes[s]);
+			double t1 = ts[0][s] / n, t16 = ts[1][s] / n;
+			printf("%-20s %12.3f %9.1f %7.0f%% %12.3f %13.2fx\n", shapes[s].name, t1 * 1e3,
+			       (double)bytes[s] / t1 / 1e9, 100.0 * (double)bytes[s] / t1 / triad,
+			       t16 * 1e3, 16.0 * t1 / t16);
+		}
+		printf("  decode m=1 : %.2f ms/token, %.1f tok/s, %.1f GB/s = %.0f%% of triad, %.0f%% of read-only\n",
+		       best[0] * 1e3, 1.0 / best[0], model_bytes / best[0] / 1e9,
+		       100.0 * model_bytes / best[0] / triad, 100.0 * model_bytes / best[0] / rd);
+		printf("  decode m=16: %.2f ms/step, %.1f tok/s = %.2fx the tok/s of m=1\n", best[1] * 1e3,
+		       16.0 / best[1], 16.0 * best[0] / best[1]);
+
+		/* prefill: m = 512 per shape (compute-bound; cache state matters little) */
+		const double peak = t == DT_Q8_0 ? dot_peak : fma_peak;
+		printf("  prefill m=512 (%s peak %.0f G/s):\n", t == DT_Q8_0 ? "int8 dot" : "FMA",
+		       peak / 1e9);
+		for (int s = 0; s < N_SHAPES; s++) {
+			if (quick && shapes[s].rows > 8192)
+				continue;
+			double bt = 1e30;
+			kcpu_matmul(pool, &w[s][0], x, max_m, y);
+			for (int r = 0; r < (quick ? 1 : 2); r++) {
+				double t0 = now_s();
+				kcpu_matmul(pool, &w[s][0], x, max_m, y);
+				double tt = now_s() - t0;
+				if (tt < bt)
+					bt = tt;
+			}
+			double flops = 2.0 * max_m * (double)shapes[s].rows * (double)shapes[s].cols;
+			printf("    %-20s %9.2f ms %8.1f GFLOP/s %6.1f%% of peak\n", shapes[s].name,
+			       bt * 1e3, flops / bt / 1e9, peak > 0 ? 100.0 * flops / bt / peak : 0.0);
+		}
+		for (int s = 0; s < N_SHAPES; s++) {
+			for (int c = 0; c < copies_of(&shapes[s]); c++)
+				free((void *)w[s][c].data);
+			free(w[s]);
+		}
 	}
-	printf("\n(m=1 'vs peak' column: %% of triad bandwidth; m=16/512: %% of the FMA peak (F16) or int8 dot peak (Q8_0))\n");
+	free(x);
+	free(y);
 	kpool_destroy(pool);
 	return 0;
 }

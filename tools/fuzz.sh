@@ -20,6 +20,8 @@ lib_src=(
   # api/ (fuzz_api): parsers, renderers, chat templates
   "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/response.c"
   "$root/api/chat_template.c" "$root/common/arena.c"
+  # tokenizer (fuzz_tokenizer; loads the fixture tokenizers from $AORTA_FIXTURES)
+  "$root"/engine/tok_*.c "$root/engine/gguf_write.c"
 )
 cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I"$root"
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
@@ -29,7 +31,7 @@ for src in "$root"/tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)          # fuzz_gguf
   target=${name#fuzz_}                # gguf
   echo "== building $name"
-  "$cc" "${cflags[@]}" "$src" "${lib_src[@]}" -lcjson -lm -o "$out/$name"
+  "$cc" "${cflags[@]}" "$src" "${lib_src[@]}" -lcjson -lpcre2-8 -lutf8proc -lm -o "$out/$name"
   mkdir -p "$out/corpus/$target" "$out/artifacts/$target"
   echo "== running $name for ${secs}s"
   start=$(date +%s)

@@ -2,8 +2,8 @@
  * flat, already-validated batch (engine.c checks it) and the paged KV pool.
  *
  * Per layer: RMSNorm -> Q/K/V matmuls (+bias) -> per-head Q/K RMSNorm ->
- * RoPE -> K/V stored at each row's slot -> attention of every (row, head)
- * over its sequence's blocks -> output matmul + residual -> RMSNorm -> SwiGLU
+ * RoPE -> K/V stored at each row's slot -> attention of every (row, GQA
+ * group) over its sequence's blocks -> output matmul + residual -> RMSNorm -> SwiGLU
  * MLP + residual. Then the final norm and the LM head, for the rows that need
  * logits only. Matmuls are kcpu_matmul (threaded inside); everything else is
  * split over the pool here. Checked against numpy in tests/reference/.
@@ -57,6 +57,9 @@ static void job_add_norm(void *p, int ith, int nth)
 		for (long r = i0; r < i1; r++)
 			kops_add(cb->isa, cb->x + r * (size_t)H, f->add_src + r * (size_t)H, H);
 	}
+	/* With norm_rows == n_tokens this is the same split as the add above, so
+	 * a worker norms only rows it has finished; the gathered final norm
+	 * (norm_row_idx) runs as its own job after the last add. */
 	kpool_split(f->norm_rows, ith, nth, &i0, &i1);
 	for (long i = i0; i < i1; i++) {
 		long r = f->norm_row_idx ? f->norm_row_idx[i] : i;
@@ -67,10 +70,10 @@ static void job_add_norm(void *p, int ith, int nth)
 
 /* ---- bias, Q/K norm, RoPE, KV store ---------------------------------------- */
 
-static void add_bias(float *x, const float *bias, int n)
+static void add_bias(enum kops_isa isa, float *x, const float *bias, int n)
 {
 	if (bias)
-		kops_add_ref(x, bias, n);
+		kops_add(isa, x, bias, n);
 }
 
 static void job_qkv_post(void *p, int ith, int nth)
@@ -91,9 +94,9 @@ static void job_qkv_post(void *p, int ith, int nth)
 	for (long r = r0; r < r1; r++) {
 		float *q = cb->q + r * (size_t)q_dim, *k = cb->k + r * (size_t)kv_dim,
 		      *v = cb->v + r * (size_t)kv_dim;
-		add_bias(q, L->bq, q_dim);
-		add_bias(k, L->bk, kv_dim);
-		add_bias(v, L->bv, kv_dim);
+		add_bias(cb->isa, q, L->bq, q_dim);
+		add_bias(cb->isa, k, L->bk, kv_dim);
+		add_bias(cb->isa, v, L->bv, kv_dim);
 		if (L->q_norm) {
 			for (int h = 0; h < c->n_heads; h++)
 				kops_rmsnorm(cb->isa, q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);

@@ -21,6 +21,15 @@ static int parse_arch(const char *s, enum model_arch *out)
 	return -1;
 }
 
+static bool flag_given(int argc, char **argv, const char *flag)
+{
+	size_t n = strlen(flag);
+	for (int i = 0; i < argc; i++)
+		if (!strncmp(argv[i], flag, n) && (argv[i][n] == '\0' || argv[i][n] == '='))
+			return true;
+	return false;
+}
+
 int cmd_make_model(int argc, char **argv)
 {
 	struct model_gen_opts o;
@@ -89,12 +98,13 @@ int cmd_make_model(int argc, char **argv)
 	o.gguf_version = (uint32_t)gguf_version;
 	if (name)
 		snprintf(c->name, sizeof c->name, "%s", name);
-	/* head_dim follows --hidden/--heads unless given. */
-	bool head_dim_given = false;
-	for (int i = 0; i < argc; i++)
-		head_dim_given |= !strncmp(argv[i], "--head-dim", 10);
-	if (!head_dim_given)
+	/* head_dim follows --hidden/--heads unless given; the default 4 KV heads
+	 * become --heads when they would not divide it. */
+	if (!flag_given(argc, argv, "--head-dim"))
 		c->head_dim = c->n_heads > 0 ? c->hidden / c->n_heads : 0;
+	if (!flag_given(argc, argv, "--kv-heads") && c->n_heads > 0 &&
+	    (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads))
+		c->n_kv_heads = c->n_heads;
 	if (dtype_parse(dtype, &o.dtype)) {
 		fprintf(stderr, "aorta make-model: unknown --dtype '%s'\n", dtype);
 		return 2;

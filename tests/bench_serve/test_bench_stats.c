@@ -75,7 +75,8 @@ static void ok_result(struct bench_result *r, double ttft, double e2e, int pt, i
 	r->n_chunks = ot;
 	r->usage_from_server = true;
 	r->itl_s = malloc((size_t)(n_itl ? n_itl : 1) * sizeof(double));
-	memcpy(r->itl_s, itl, (size_t)n_itl * sizeof(double));
+	if (n_itl)
+		memcpy(r->itl_s, itl, (size_t)n_itl * sizeof(double));
 	r->n_itl = n_itl;
 }
 

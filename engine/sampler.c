@@ -654,8 +654,8 @@ static void truncate_top_k_heap(struct cands *c, int k, const float *l, int32_t 
 	c->n = k;
 }
 
-/* Keep the k first candidates in the order (0 < k < c->n). Result in *out
- * (ids in `spare`, which must not alias c->ids). */
+/* top_k for large k: keep the k first candidates in the order (0 < k < c->n).
+ * The result goes to `spare`, which must not alias c->ids. */
 static void truncate_top_k(struct cands *c, int k, const float *l, float mx,
 			   struct sampler_scratch *sc, int32_t *spare)
 {
@@ -663,11 +663,11 @@ static void truncate_top_k(struct cands *c, int k, const float *l, float mx,
 	memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
 	for (int i = 0; i < c->n; i++)
 		hn[bucket_of(mx, l[cand_at(c, i)])]++;
-	int B = 0, before = 0;
-	while (B < SAMPLER__NB - 1 && before + (int)hn[B] < k)
-		before += (int)hn[B++];
-	int n_eq = gather(c, l, mx, B, spare, before);
-	select_top(spare + before, n_eq, k - before, l);
+	int B = 0, n_before = 0;
+	while (B < SAMPLER__NB - 1 && n_before + (int)hn[B] < k)
+		n_before += (int)hn[B++];
+	int n_eq = gather(c, l, mx, B, spare, n_before);
+	select_top(spare + n_before, n_eq, k - n_before, l);
 	c->ids = spare;
 	c->n = k;
 }
@@ -676,32 +676,41 @@ static void truncate_top_k(struct cands *c, int k, const float *l, float mx,
 static void truncate_top_p(struct cands *c, float top_p, double mass, const float *l, float mx,
 			   struct sampler_scratch *sc, int32_t *spare)
 {
-	uint32_t *hn = sc->hist_n;
-	double *hm = sc->hist_mass;
-	memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
-	memset(hm, 0, sizeof(*hm) * SAMPLER__NB);
-	for (int i = 0; i < c->n; i++) {
-		int32_t t = cand_at(c, i);
-		int b = bucket_of(mx, l[t]);
-		hn[b]++;
-		hm[b] += (double)sc->prob[t];
-	}
 	double target = (double)top_p * mass, cum = 0.0;
-	int B = 0, before = 0;
-	while (B < SAMPLER__NB && cum + hm[B] < target) {
-		cum += hm[B];
-		before += (int)hn[B++];
+	int n_before = 0, n_eq;
+	int32_t *seg = spare;
+	if (c->n <= 256) {
+		/* small set (after top_k, say): sorting it all is cheapest */
+		for (int i = 0; i < c->n; i++)
+			spare[i] = cand_at(c, i);
+		n_eq = c->n;
+	} else {
+		uint32_t *hn = sc->hist_n;
+		double *hm = sc->hist_mass;
+		memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
+		memset(hm, 0, sizeof(*hm) * SAMPLER__NB);
+		for (int i = 0; i < c->n; i++) {
+			int32_t t = cand_at(c, i);
+			int b = bucket_of(mx, l[t]);
+			hn[b]++;
+			hm[b] += (double)sc->prob[t];
+		}
+		int B = 0;
+		while (B < SAMPLER__NB && cum + hm[B] < target) {
+			cum += hm[B];
+			n_before += (int)hn[B++];
+		}
+		if (B == SAMPLER__NB)
+			return; /* rounding: the whole set is the nucleus */
+		n_eq = gather(c, l, mx, B, spare, n_before);
+		seg = spare + n_before;
 	}
-	if (B == SAMPLER__NB)
-		return; /* rounding: the whole set is the nucleus */
-	int n_eq = gather(c, l, mx, B, spare, before);
-	int32_t *seg = spare + before;
 	sort_desc(seg, n_eq, l);
-	int keep = before + n_eq;
+	int keep = n_before + n_eq;
 	for (int j = 0; j < n_eq; j++) {
 		cum += (double)sc->prob[seg[j]];
 		if (cum >= target) {
-			keep = before + j + 1;
+			keep = n_before + j + 1;
 			break;
 		}
 	}

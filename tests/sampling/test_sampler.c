@@ -237,6 +237,8 @@ START_TEST(test_dist_min_p_and_chain)
 	p.seed = 5;
 	p.min_p = 0.2f;
 	check_distribution(k_logits, 10, &p, 30000);
+	p.min_p = 0.15f; /* keeps the token at ratio 0.11 out, 0.20 in */
+	check_distribution(k_logits, 10, &p, 30000);
 	p.min_p = 0.05f;
 	p.top_k = 5;
 	p.top_p = 0.9f;
@@ -245,12 +247,12 @@ START_TEST(test_dist_min_p_and_chain)
 }
 END_TEST
 
-/* A 2000-token vocabulary where the nucleus holds hundreds of tokens, so the
- * growing partial selection of top_p goes through several rounds. Chi-square
- * over 20 groups of tokens of equal expected mass. */
-START_TEST(test_dist_large_vocab_top_p)
+/* A 2000-token vocabulary where the kept set holds hundreds of tokens, so the
+ * histogram paths of top_k (k > 1024) and top_p (sets > 256) are taken.
+ * Chi-square over 20 groups of tokens of equal expected mass. */
+static void check_large(const struct sampling_params *p, int min_kept)
 {
-	enum { N = 2000, DRAWS = 40000, GROUPS = 20 };
+	enum { N = 2000, DRAWS = 20000, GROUPS = 20 };
 	float *l = malloc(sizeof(float) * N), *work = malloc(sizeof(float) * N);
 	double *want = malloc(sizeof(double) * N);
 	int *group = malloc(sizeof(int) * N);
@@ -258,14 +260,7 @@ START_TEST(test_dist_large_vocab_top_p)
 	rng_seed(&g, 2024);
 	for (int i = 0; i < N; i++)
 		l[i] = (float)(rng_uniform(&g) * 4.0 - 2.0);
-	struct sampling_params p;
-	sampling_params_init(&p);
-	p.has_seed = true;
-	p.seed = 11;
-	p.top_p = 0.7f;
-	p.temperature = 0.9f;
-	p.top_k = 1500;
-	ref_probs(l, N, p.temperature, 0, p.top_k, p.top_p, want);
+	ref_probs(l, N, p->temperature, p->min_p, p->top_k, p->top_p, want);
 	int n_kept = 0;
 	double cum = 0;
 	for (int i = 0; i < N; i++) {
@@ -277,7 +272,7 @@ START_TEST(test_dist_large_vocab_top_p)
 			cum += want[i];
 		}
 	}
-	ck_assert_int_gt(n_kept, 256); /* more than two rounds of selection */
+	ck_assert_int_gt(n_kept, min_kept);
 	double gwant[GROUPS] = { 0 };
 	long ggot[GROUPS] = { 0 };
 	for (int i = 0; i < N; i++)
@@ -287,12 +282,12 @@ START_TEST(test_dist_large_vocab_top_p)
 	struct sampler_state s;
 	struct sampler_scratch sc;
 	ck_assert_int_eq(sampler_scratch_init(&sc, N), 0);
-	ck_assert_int_eq(sampler_state_init(&s, &p, 0, 0, NULL, 0, NULL, 0), 0);
+	ck_assert_int_eq(sampler_state_init(&s, p, 0, 0, NULL, 0, NULL, 0), 0);
 	for (int d = 0; d < DRAWS; d++) {
 		memcpy(work, l, sizeof(float) * N);
 		struct sample_result r;
-		ck_assert_int_eq(sampler_sample(&p, &s, &sc, work, N, &r), 0);
-		ck_assert_msg(group[r.token] >= 0, "token %d outside the nucleus", r.token);
+		ck_assert_int_eq(sampler_sample(p, &s, &sc, work, N, &r), 0);
+		ck_assert_msg(group[r.token] >= 0, "token %d outside the kept set", r.token);
 		ggot[group[r.token]]++;
 	}
 	double chi2 = 0;
@@ -308,6 +303,31 @@ START_TEST(test_dist_large_vocab_top_p)
 	free(work);
 	free(want);
 	free(group);
+}
+
+START_TEST(test_dist_large_vocab)
+{
+	struct sampling_params p;
+	sampling_params_init(&p);
+	p.has_seed = true;
+	p.seed = 11;
+	p.top_p = 0.7f; /* histogram top_k, then histogram top_p */
+	p.temperature = 0.9f;
+	p.top_k = 1500;
+	check_large(&p, 256);
+	p.top_k = -1; /* top_p over the whole vocabulary */
+	p.top_p = 0.5f;
+	check_large(&p, 256);
+	p.top_p = 1.0f; /* min_p alone */
+	p.min_p = 0.3f;
+	check_large(&p, 500);
+	/* min_p, then heap top_k */
+	p.min_p = 0.1f;
+	p.top_k = 700;
+	check_large(&p, 600);
+	p.top_k = -1; /* no truncation: block-sum draw over everything */
+	p.min_p = 0.0f;
+	check_large(&p, 1999);
 }
 END_TEST
 
@@ -702,7 +722,7 @@ static Suite *sampler_suite(void)
 	tcase_add_test(tc, test_dist_top_k);
 	tcase_add_test(tc, test_dist_top_p);
 	tcase_add_test(tc, test_dist_min_p_and_chain);
-	tcase_add_test(tc, test_dist_large_vocab_top_p);
+	tcase_add_test(tc, test_dist_large_vocab);
 	tcase_add_test(tc, test_penalties_and_bias);
 	tcase_add_test(tc, test_min_tokens_masks_eos);
 	tcase_add_test(tc, test_greedy_and_edge_cases);

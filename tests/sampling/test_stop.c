@@ -204,6 +204,18 @@ START_TEST(test_can_stop_false)
 	ck_assert_str_eq(out.data, "xab");
 	stop_matcher_deinit(&m);
 	buf_deinit(&out);
+	/* a stop completed while disarmed stays text even when it is also the
+	 * held prefix of a longer stop */
+	const char *two[] = { "ab", "abc" };
+	buf_init(&out);
+	ck_assert_int_eq(stop_matcher_init(&m, two, 2), 0);
+	ck_assert_int_eq(stop_matcher_feed(&m, "ab", 2, false, &out, &which), 0);
+	ck_assert_uint_eq(stop_matcher_held(&m), 2);
+	ck_assert_int_eq(stop_matcher_feed(&m, "x", 1, true, &out, &which), 0);
+	ck_assert_int_eq(which, -1);
+	ck_assert_str_eq(out.data, "abx");
+	stop_matcher_deinit(&m);
+	buf_deinit(&out);
 	const char *bad[] = { "" };
 	ck_assert_int_eq(stop_matcher_init(&m, bad, 1), ERR_INVAL);
 	stop_matcher_deinit(&m);

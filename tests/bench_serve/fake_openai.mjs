@@ -19,6 +19,8 @@
 //   hang          never answers
 //   huge          one chunk of `huge` bytes of content (default 2 MiB)
 //   close         closes the socket before any response
+//   garbage       a broken status line written on the raw socket
+//   badchunk      a 200 SSE header, then an invalid chunk size
 // Usage: node fake_openai.mjs [--port N] [--ttft MS] [--itl MS] [--no-usage]
 // Prints "PORT <n>" on stdout once listening (port 0 picks a free one).
 import http from 'node:http';
@@ -69,6 +71,12 @@ async function handle(req, res, body) {
   if (fail === '429') return errorBody(res, 429, 'fake rate limit');
   if (fail === 'hang') return;
   if (fail === 'close') return req.socket.destroy();
+  // Raw bytes past node's HTTP layer: a broken status line, a bad chunk size.
+  if (fail === 'garbage') return req.socket.end('HTTP/1.1 2OO OK\r\n\r\n\x00\xff junk');
+  if (fail === 'badchunk') {
+    return req.socket.end('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n' +
+                          'Transfer-Encoding: chunked\r\n\r\nzz\r\ndata: {}\r\n');
+  }
   if (!j.stream) return errorBody(res, 400, 'this fake only streams');
 
   const promptTokens = chat

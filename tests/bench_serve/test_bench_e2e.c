@@ -264,6 +264,8 @@ START_TEST(test_failures_by_kind)
 	expect_all_fail("fake-serr?fail=stream_error", "stream_error", 0, 0);
 	expect_all_fail("fake-huge?fail=huge", "too_large", 0, 256 * 1024);
 	expect_all_fail("fake-hang?fail=hang", "timeout", 0.3, 0);
+	expect_all_fail("fake-garbage?fail=garbage", "malformed", 0, 0);
+	expect_all_fail("fake-badchunk?fail=badchunk", "malformed", 0, 0);
 }
 END_TEST
 

@@ -3,6 +3,7 @@
  * at a time: chunked, Content-Length and close-delimited bodies, interim 1xx
  * responses, truncation, malformed input and the size limits. No network. */
 #include <check.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,6 +288,103 @@ START_TEST(test_sse_limits_and_stop)
 }
 END_TEST
 
+/* ---- random mutations: never a crash, only the documented results ---- */
+
+static uint64_t lcg(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+	return *s >> 33;
+}
+
+static int count_body(void *ud, const char *p, size_t n)
+{
+	(void)p;
+	*(size_t *)ud += n;
+	return 0;
+}
+
+static int check_event(void *ud, const char *data, size_t n)
+{
+	ck_assert_uint_le(n, 256);
+	ck_assert_int_eq(data[n], '\0'); /* NUL-terminated; the data may hold NULs too */
+	(*(int *)ud)++;
+	return 0;
+}
+
+START_TEST(test_random_mutations)
+{
+	const char *seeds[] = {
+		chunked_resp,
+		"HTTP/1.1 200 OK\r\nContent-Length: 20\r\nContent-Type: text/event-stream\r\n\r\n"
+		"data: {\"a\": 1}\n\ndata:",
+		sse_text,
+	};
+	uint64_t st = 12345;
+	char m[1024];
+	for (int iter = 0; iter < 20000; iter++) {
+		const char *src = seeds[iter % 3];
+		size_t n = strlen(src);
+		memcpy(m, src, n);
+		int edits = 1 + (int)(lcg(&st) % 4);
+		for (int e = 0; e < edits && n > 0; e++) {
+			size_t at = lcg(&st) % n;
+			switch (lcg(&st) % 4) {
+			case 0: /* flip a byte */
+				m[at] = (char)lcg(&st);
+				break;
+			case 1: /* truncate */
+				n = at;
+				break;
+			case 2: /* insert a structural character */
+				if (n < sizeof m - 1) {
+					memmove(m + at + 1, m + at, n - at);
+					m[at] = "\r\n:0f;"[lcg(&st) % 6];
+					n++;
+				}
+				break;
+			default: /* delete */
+				memmove(m + at, m + at + 1, n - at - 1);
+				n--;
+				break;
+			}
+		}
+		/* HTTP parser, random split points */
+		size_t body = 0;
+		struct bench_resp_parser p;
+		bench_resp_init(&p, count_body, &body);
+		bool done = false;
+		int rc = 0;
+		for (size_t i = 0; i < n && !rc && !done;) {
+			size_t k = 1 + lcg(&st) % 64;
+			if (k > n - i)
+				k = n - i;
+			rc = bench_resp_feed(&p, m + i, k, &done);
+			i += k;
+		}
+		ck_assert_msg(rc == 0 || rc == ERR_FORMAT || rc == ERR_TOO_LARGE, "rc %d", rc);
+		ck_assert_uint_le(body, n);
+		if (!rc && !done) {
+			rc = bench_resp_eof(&p, &done);
+			ck_assert(rc == 0 || rc == ERR_IO);
+		}
+		/* SSE parser on the same bytes */
+		int n_ev = 0;
+		struct bench_sse s;
+		bench_sse_init(&s, 256, check_event, &n_ev);
+		rc = 0;
+		for (size_t i = 0; i < n && !rc;) {
+			size_t k = 1 + lcg(&st) % 64;
+			if (k > n - i)
+				k = n - i;
+			rc = bench_sse_feed(&s, m + i, k);
+			i += k;
+		}
+		ck_assert(rc == 0 || rc == ERR_TOO_LARGE);
+		bench_sse_deinit(&s);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_parse");
@@ -298,6 +396,7 @@ int main(void)
 	tcase_add_test(tc, test_body_callback_stops);
 	tcase_add_test(tc, test_sse_every_split);
 	tcase_add_test(tc, test_sse_limits_and_stop);
+	tcase_add_test(tc, test_random_mutations);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -155,17 +155,43 @@ static int synth_build(struct synth *s, const struct model_config *c, enum dtype
 }
 
 /* Bytes of the weight matrices one decode step reads (every projection and
- * the LM head; embedding gathers and norm vectors are negligible). */
-static double step_weight_bytes(const struct model *m)
+ * the LM head; embedding gathers and norm vectors are negligible). With
+ * --quantization, 16/32-bit projections are read as one byte per value. */
+static double matrix_bytes(const struct tensor *t, enum dtype quant)
+{
+	if (quant != DT_F32 && (t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16))
+		return (double)t->shape[0] * (double)t->shape[1] + 4.0 * (double)t->shape[0];
+	return (double)t->n_bytes;
+}
+
+static double step_weight_bytes(const struct model *m, enum dtype quant)
 {
 	double b = (double)(m->cfg.tied_embeddings || !m->w.lm_head.data ? m->w.tok_embd.n_bytes
 									  : m->w.lm_head.n_bytes);
 	for (int l = 0; l < m->cfg.n_layers; l++) {
 		const struct layer_weights *w = &m->w.layers[l];
-		b += (double)w->wq.n_bytes + w->wk.n_bytes + w->wv.n_bytes + w->wo.n_bytes +
-		     w->w_gate.n_bytes + w->w_up.n_bytes + w->w_down.n_bytes;
+		const struct tensor *all[] = { &w->wq, &w->wk, &w->wv, &w->wo,
+					       &w->w_gate, &w->w_up, &w->w_down };
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			b += matrix_bytes(all[i], quant);
 	}
 	return b;
+}
+
+/* Multiply-adds per token of the same matrices (prefill FLOP/s = 2 x this). */
+static double step_weight_params(const struct model *m)
+{
+	const struct tensor *h = m->cfg.tied_embeddings || !m->w.lm_head.data ? &m->w.tok_embd
+									      : &m->w.lm_head;
+	double p = (double)h->shape[0] * (double)h->shape[1];
+	for (int l = 0; l < m->cfg.n_layers; l++) {
+		const struct layer_weights *w = &m->w.layers[l];
+		const struct tensor *all[] = { &w->wq, &w->wk, &w->wv, &w->wo,
+					       &w->w_gate, &w->w_up, &w->w_down };
+		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+			p += (double)all[i]->shape[0] * (double)all[i]->shape[1];
+	}
+	return p;
 }
 
 /* ---- machine probes -------------------------------------------------------------- */
@@ -483,7 +509,7 @@ static int bench_engine(int argc, char **argv)
 		c = m->cfg;
 		vocab = c.vocab;
 	}
-	const double wbytes = step_weight_bytes(m);
+	const double wbytes = step_weight_bytes(m, quant);
 	enum dtype shown = m->w.layers[0].w_up.dtype;
 	printf("model: %s: %s, %d layers, hidden %d, heads %d/%d, ffn %d, vocab %d, %s; "
 	       "%.2f GB of matrices (ready in %.1f s)\n",
@@ -517,8 +543,7 @@ static int bench_engine(int argc, char **argv)
 	if ((rc = run_prefill(e, prompt, vocab, &ptps))) {
 		fprintf(stderr, "bench engine: prefill failed: %s\n", err_str(rc));
 	} else {
-		double gflops = 2.0 * wbytes / (double)dtype_block_bytes(wdt) *
-				(double)dtype_block_elems(wdt) * ptps / 1e9;
+		double gflops = 2.0 * step_weight_params(m) * ptps / 1e9;
 		printf("prefill: %d tokens: %.1f tokens/s, %.1f GFLOP/s of matmul (%.0f%% of FMA peak)\n",
 		       prompt, ptps, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0);
 	}

@@ -21,6 +21,19 @@
  *
  * The sampling_params are borrowed for the sequence's life. Tested in
  * tests/sampling/test_generation.c.
+ *
+ * Per sequence, on the engine thread (one sampler_scratch for all of them):
+ *   admit:  sampling_params_validate(p, vocab, &d);
+ *           sampler_state_init(&ss, p, server_seed, request_id, prompt, n_prompt,
+ *                              cfg->eos_ids, cfg->n_eos_ids);
+ *           generation_init(&g, p, n_prompt, max_model_len, cfg->eos_ids, cfg->n_eos_ids);
+ *   step:   sampler_sample(p, &ss, &scratch, logits_row, vocab, &res);
+ *           text = detokenizer delta for res.token (may be empty);
+ *           generation_step(&g, res.token, text, text_len, &out);
+ *           emit out (and res.logprob / res.top when asked); if g.finish, emit
+ *           finish_reason_str(g.finish) and release the sequence.
+ *   cancel: generation_abort(&g, FINISH_ABORT).
+ *   free:   generation_deinit(&g); sampler_state_deinit(&ss).
  */
 #ifndef AORTA_ENGINE_GENERATION_H
 #define AORTA_ENGINE_GENERATION_H

@@ -121,12 +121,15 @@ int sampling_params_validate(const struct sampling_params *p, int vocab, struct 
 			return diag_set(d, ERR_RANGE, "stop_token_ids: token id %d out of range",
 					(int)t);
 	}
-	if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
-		return diag_set(d, ERR_RANGE, "stop: bad count");
+	if (p->n_stop < 0 || p->n_stop > SAMPLER_MAX_STOP || (p->n_stop > 0 && !p->stop))
+		return diag_set(d, ERR_RANGE, "stop: at most %d strings", SAMPLER_MAX_STOP);
 	for (int i = 0; i < p->n_stop; i++) {
 		const char *s = p->stop[i];
 		if (!s || !s[0])
 			return diag_set(d, ERR_RANGE, "stop: string %d is empty", i);
+		if (strlen(s) > SAMPLER_MAX_STOP_BYTES)
+			return diag_set(d, ERR_RANGE, "stop: string %d is longer than %d bytes", i,
+					SAMPLER_MAX_STOP_BYTES);
 		if (!utf8_valid((const unsigned char *)s, strlen(s)))
 			return diag_set(d, ERR_RANGE, "stop: string %d is not valid UTF-8", i);
 	}

@@ -50,6 +50,10 @@
 #define SAMPLER_MAX_EOS 8	  /* same as MODEL_MAX_EOS */
 #define SAMPLER_GREEDY_EPS 1e-5f  /* vLLM's _SAMPLING_EPS */
 #define SAMPLER_LOGIT_BIAS_MAX 100.0f
+/* Stop strings: OpenAI allows 4, vLLM any number. The matcher's cost per
+ * delta grows with count * length^2 in the worst case, so both are bounded. */
+#define SAMPLER_MAX_STOP 32
+#define SAMPLER_MAX_STOP_BYTES 256
 
 struct sampler_logit_bias {
 	int32_t token;
@@ -72,7 +76,8 @@ struct sampling_params {
 	bool ignore_eos;	  /* false; keep generating past EOS (benchmarks) */
 	const int32_t *stop_token_ids; /* [n_stop_token_ids], borrowed; end with "stop" */
 	int n_stop_token_ids;
-	const char *const *stop;  /* [n_stop] stop strings, borrowed; non-empty UTF-8 */
+	const char *const *stop;  /* [n_stop] stop strings, borrowed; non-empty UTF-8,
+				     at most SAMPLER_MAX_STOP of SAMPLER_MAX_STOP_BYTES */
 	int n_stop;
 	bool has_seed;		  /* false: seed from server_seed ^ request_id */
 	uint64_t seed;
@@ -82,7 +87,8 @@ struct sampling_params {
 void sampling_params_init(struct sampling_params *p);
 
 /* ERR_RANGE (with the field named in d) for any value outside the ranges
- * above, a token id outside [0, vocab), an empty or non-UTF-8 stop string,
+ * above, a token id outside [0, vocab), an empty, too long or non-UTF-8 stop
+ * string, too many stop strings,
  * min_tokens > max_tokens, or a NaN. vocab <= 0 skips the token-id checks. */
 int sampling_params_validate(const struct sampling_params *p, int vocab, struct diag *d);
 

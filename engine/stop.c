@@ -96,7 +96,8 @@ static size_t longest_partial(const struct stop_matcher *m, const char *w, size_
 		limit = n;
 	for (size_t k = limit; k > 0; k--)
 		for (int i = 0; i < m->n_stops; i++)
-			if (m->lens[i] > k && memcmp(w + n - k, m->stops[i], k) == 0)
+			if (m->lens[i] > k && w[n - k] == m->stops[i][0] &&
+			    memcmp(w + n - k, m->stops[i], k) == 0)
 				return k;
 	return 0;
 }

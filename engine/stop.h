@@ -17,7 +17,8 @@
  * Works on bytes. Stop strings must be valid UTF-8 (sampling_params_validate
  * checks), so in valid UTF-8 text a match and the held suffix always start on
  * a character boundary and released text never splits a character.
- * Cost per feed: O(n_stops * (len + L^2)), L = longest stop string.
+ * Cost per feed: O(n_stops * (len + L^2)), L = longest stop string; the
+ * sampling params bound both (SAMPLER_MAX_STOP, SAMPLER_MAX_STOP_BYTES).
  *
  * One owner thread (the engine thread). Tested in tests/sampling/test_stop.c.
  */

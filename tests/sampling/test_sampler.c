@@ -703,6 +703,19 @@ START_TEST(test_validate)
 	q = p; q.stop = stops_empty; q.n_stop = 1; expect_range(&q, "stop");
 	const char *stops_bad[1] = { "a\xC3" };
 	q = p; q.stop = stops_bad; q.n_stop = 1; expect_range(&q, "stop");
+	char long_stop[SAMPLER_MAX_STOP_BYTES + 2];
+	memset(long_stop, 'x', sizeof(long_stop) - 1);
+	long_stop[sizeof(long_stop) - 1] = 0;
+	const char *stops_long[1] = { long_stop };
+	q = p; q.stop = stops_long; q.n_stop = 1; expect_range(&q, "stop");
+	long_stop[SAMPLER_MAX_STOP_BYTES] = 0; /* exactly the limit: fine */
+	ck_assert_int_eq(sampling_params_validate(&q, 100, NULL), 0);
+	const char *many[SAMPLER_MAX_STOP + 1];
+	for (int i = 0; i <= SAMPLER_MAX_STOP; i++)
+		many[i] = "s";
+	q = p; q.stop = many; q.n_stop = SAMPLER_MAX_STOP + 1; expect_range(&q, "stop");
+	q.n_stop = SAMPLER_MAX_STOP;
+	ck_assert_int_eq(sampling_params_validate(&q, 100, NULL), 0);
 	const char *stops_ok[2] = { "\xE6\x97\xA5", "END" };
 	q = p; q.stop = stops_ok; q.n_stop = 2;
 	ck_assert_int_eq(sampling_params_validate(&q, 100, NULL), 0);

@@ -123,7 +123,8 @@ static int parse_chunk_size(struct bench_resp_parser *p, const char *s)
 	uint64_t v = 0;
 	int nd = 0;
 	for (; isxdigit((unsigned char)*s); s++, nd++) {
-		int d = isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
+		int d =
+		    isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
 		if (nd >= 15)
 			return ERR_FORMAT; /* > 2^60: no real chunk is this big */
 		v = v * 16 + (uint64_t)d;
@@ -446,8 +447,8 @@ static void conn_on_connect(uv_connect_t *req, int status)
 }
 
 int bench_conn_start(uv_loop_t *loop, const struct sockaddr *addr, const char *req, size_t len,
-		     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
-		     void *ud)
+                     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
+                     void *ud)
 {
 	struct bench_conn *c = calloc(1, sizeof *c);
 	if (!c)

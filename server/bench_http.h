@@ -21,7 +21,7 @@
 
 #include "common/buf.h"
 
-#define BENCH_HTTP_LINE_MAX 8192
+#define BENCH_HTTP_LINE_MAX    8192
 #define BENCH_HTTP_HEADERS_MAX (64 * 1024)
 
 /* ---- response parser ---- */
@@ -85,7 +85,7 @@ struct bench_conn_cbs {
 
 /* Connect to addr, send req[0..len) (copied), read one response. */
 int bench_conn_start(uv_loop_t *loop, const struct sockaddr *addr, const char *req, size_t len,
-		     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
-		     void *ud);
+                     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
+                     void *ud);
 
 #endif

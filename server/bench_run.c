@@ -20,7 +20,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 
-#define ERRBODY_MAX 2048
+#define ERRBODY_MAX   2048
 #define SSE_EVENT_MAX (4u << 20)
 
 struct run;
@@ -89,7 +89,7 @@ static int parse_base_url(struct run *r, const char *url, struct diag *d)
 {
 	if (!url || strncmp(url, "http://", 7) != 0)
 		return diag_set(d, ERR_INVAL, "--base-url must start with http:// (got '%s')",
-				url ? url : "");
+		                url ? url : "");
 	const char *h = url + 7, *slash = strchr(h, '/');
 	size_t hl = slash ? (size_t)(slash - h) : strlen(h);
 	if (hl == 0 || hl >= sizeof r->host)
@@ -107,7 +107,7 @@ static int parse_base_url(struct run *r, const char *url, struct diag *d)
 	} else {
 		const char *colon = strrchr(r->host, ':');
 		snprintf(host, sizeof host, "%.*s",
-			 (int)(colon ? (size_t)(colon - r->host) : strlen(r->host)), r->host);
+		         (int)(colon ? (size_t)(colon - r->host) : strlen(r->host)), r->host);
 		if (colon)
 			snprintf(port, sizeof port, "%s", colon + 1);
 	}
@@ -119,11 +119,11 @@ static int parse_base_url(struct run *r, const char *url, struct diag *d)
 	if (pl + strlen(ep) >= sizeof r->path)
 		return diag_set(d, ERR_INVAL, "--base-url: path too long");
 	snprintf(r->path, sizeof r->path, "%.*s%s", (int)pl, prefix, ep);
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
 	int gai = getaddrinfo(host, port, &hints, &ai);
 	if (gai)
 		return diag_set(d, ERR_INVAL, "--base-url: cannot resolve %s:%s: %s", host, port,
-				gai_strerror(gai));
+		                gai_strerror(gai));
 	memcpy(&r->addr, ai->ai_addr, ai->ai_addrlen);
 	freeaddrinfo(ai);
 	return 0;
@@ -161,10 +161,10 @@ static int build_request(const struct run *r, const struct bench_prompt *p, stru
 		return ERR_NOMEM;
 	size_t blen = strlen(body);
 	int rc = buf_printf(out,
-			    "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: aorta-bench\r\n"
-			    "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-			    "Content-Length: %zu\r\nConnection: close\r\n",
-			    r->path, r->host, blen);
+	                    "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: aorta-bench\r\n"
+	                    "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+	                    "Content-Length: %zu\r\nConnection: close\r\n",
+	                    r->path, r->host, blen);
 	if (!rc && c->api_key)
 		rc = buf_printf(out, "Authorization: Bearer %s\r\n", c->api_key);
 	if (!rc)
@@ -236,15 +236,16 @@ static int on_event(void *ud, const char *data, size_t n)
 	}
 	const cJSON *usage = cJSON_GetObjectItemCaseSensitive(o, "usage");
 	if (cJSON_IsObject(usage)) {
-		int pt = get_count(usage, "prompt_tokens"), ct = get_count(usage, "completion_tokens");
+		int pt = get_count(usage, "prompt_tokens"),
+		    ct = get_count(usage, "completion_tokens");
 		if (ct >= 0)
 			q->usage_completion = ct;
 		if (pt >= 0)
 			q->usage_prompt = pt;
 	}
 	const cJSON *choices = cJSON_GetObjectItemCaseSensitive(o, "choices");
-	const char *text = chunk_content(cJSON_GetArrayItem(choices, 0),
-					  q->run->c->api == BENCH_API_CHAT);
+	const char *text =
+	    chunk_content(cJSON_GetArrayItem(choices, 0), q->run->c->api == BENCH_API_CHAT);
 	if (text && *text) {
 		if (res->n_chunks == 0)
 			res->ttft_s = (double)(now - q->t0_ns) * 1e-9;
@@ -282,8 +283,8 @@ static void note_failure(struct run *r, const struct bench_result *res, const st
 		return;
 	char key[24];
 	snprintf(r->first_err, sizeof r->first_err, "request failed: %s%s%.200s",
-		 bench_err_key(res, key, sizeof key), body->len ? ": " : "",
-		 body->len ? body->data : "");
+	         bench_err_key(res, key, sizeof key), body->len ? ": " : "",
+	         body->len ? body->data : "");
 	for (char *s = r->first_err; *s; s++)
 		if (*s == '\n' || *s == '\r')
 			*s = ' ';
@@ -314,7 +315,8 @@ static void on_done(void *ud, int kind, int status)
 	res->err = kind;
 	res->usage_from_server = q->usage_completion >= 0;
 	res->output_tokens = res->usage_from_server ? q->usage_completion : res->n_chunks;
-	res->prompt_tokens = q->usage_prompt >= 0 ? q->usage_prompt : r->w->items[q->idx].prompt_len;
+	res->prompt_tokens =
+	    q->usage_prompt >= 0 ? q->usage_prompt : r->w->items[q->idx].prompt_len;
 	if (kind != BENCH_OK)
 		note_failure(r, res, &q->errbody);
 	bench_sse_deinit(&q->sse);
@@ -336,8 +338,8 @@ static void start_request(struct run *r, int i)
 	q->idx = i;
 	q->usage_prompt = q->usage_completion = -1;
 	buf_init(&q->errbody);
-	size_t sse_cap = r->c->max_response_bytes < SSE_EVENT_MAX ? r->c->max_response_bytes
-								   : SSE_EVENT_MAX;
+	size_t sse_cap =
+	    r->c->max_response_bytes < SSE_EVENT_MAX ? r->c->max_response_bytes : SSE_EVENT_MAX;
 	bench_sse_init(&q->sse, sse_cap, on_event, q);
 	res->ttft_s = -1;
 	r->in_flight++;
@@ -346,12 +348,12 @@ static void start_request(struct run *r, int i)
 	q->t0_ns = clock_now_ns();
 	res->start_s = since_begin_s(r, q->t0_ns);
 	int rc = build_request(r, &r->w->items[i], &req);
-	static const struct bench_conn_cbs cbs = { on_body, on_done };
+	static const struct bench_conn_cbs cbs = {on_body, on_done};
 	double tmo = r->c->request_timeout_s > 0 ? r->c->request_timeout_s * 1e3 : 0;
 	if (!rc)
-		rc = bench_conn_start(&r->loop, (const struct sockaddr *)&r->addr, req.data, req.len,
-				      tmo > 1e12 ? (uint64_t)1e12 : (uint64_t)tmo,
-				      r->c->max_response_bytes, &cbs, q);
+		rc = bench_conn_start(&r->loop, (const struct sockaddr *)&r->addr, req.data,
+		                      req.len, tmo > 1e12 ? (uint64_t)1e12 : (uint64_t)tmo,
+		                      r->c->max_response_bytes, &cbs, q);
 	buf_deinit(&req);
 	if (rc) /* no callback will come: record it here */
 		on_done(q, BENCH_E_CONNECT, 0);
@@ -397,12 +399,12 @@ static void on_progress(uv_timer_t *t)
 {
 	struct run *r = t->data;
 	fprintf(stderr, "\r\033[K  %d/%d done, %d failed, %d in flight, %.1f s", r->n_done, r->w->n,
-		r->n_failed, r->in_flight, since_begin_s(r, clock_now_ns()));
+	        r->n_failed, r->in_flight, since_begin_s(r, clock_now_ns()));
 	fflush(stderr);
 }
 
 int bench_run(const struct bench_config *c, const struct bench_workload *w,
-	      struct bench_result *results, double *duration_s, struct diag *d)
+              struct bench_result *results, double *duration_s, struct diag *d)
 {
 	struct run *r = calloc(1, sizeof *r);
 	if (!r)

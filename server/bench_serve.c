@@ -25,41 +25,42 @@ static int common_opts(struct bench_flags *f, struct cli_opt *o)
 {
 	struct bench_config *c = &f->c;
 	const struct cli_opt v[N_COMMON_OPTS] = {
-		{ "base-url", CLI_STR, &c->base_url, "URL",
-		  "server root, e.g. http://127.0.0.1:8080 (/v1/... is appended)" },
-		{ "model", CLI_STR, &c->model, "NAME", "model name to send" },
-		{ "endpoint", CLI_STR, &f->endpoint, "completions|chat",
-		  "/v1/completions (default) or /v1/chat/completions" },
-		{ "api-key", CLI_STR, &c->api_key, "KEY", "send 'Authorization: Bearer KEY'" },
-		{ "num-prompts", CLI_INT, &c->num_prompts, "N", "requests to send (default 100)" },
-		{ "max-concurrency", CLI_INT, &c->max_concurrency, "N",
-		  "most requests in flight (default: unlimited)" },
-		{ "request-rate", CLI_DOUBLE, &c->request_rate, "R",
-		  "requests per second; 0 = all at once (default)" },
-		{ "arrival", CLI_STR, &f->arrival, "poisson|constant",
-		  "arrival process at --request-rate (default poisson)" },
-		{ "seed", CLI_I64, &f->seed, "N", "seed for prompts and arrivals (default 0)" },
-		{ "dataset", CLI_STR, &f->dataset, "fixed|sharegpt|jsonl",
-		  "prompt lengths: fixed, ShareGPT-like, or a file (default fixed)" },
-		{ "dataset-path", CLI_STR, &c->dataset_path, "FILE",
-		  "JSONL of {\"prompt\":..., \"output_len\":N}" },
-		{ "input-len", CLI_INT, &c->input_len, "N", "prompt words (~tokens) (default 128)" },
-		{ "output-len", CLI_INT, &c->output_len, "N", "max_tokens per request (default 128)" },
-		{ "max-input-len", CLI_INT, &c->max_input_len, "N", "sharegpt: clip prompt lengths" },
-		{ "max-output-len", CLI_INT, &c->max_output_len, "N", "sharegpt: clip output lengths" },
-		{ "prefix-len", CLI_INT, &c->prefix_len, "N", "shared prefix words per prompt (default 0)" },
-		{ "num-prefix-groups", CLI_INT, &c->num_prefix_groups, "N",
-		  "distinct shared prefixes (default 1 when --prefix-len is set)" },
-		{ "ignore-eos", CLI_BOOL, &c->ignore_eos, NULL,
-		  "ask the server to generate exactly max_tokens (vLLM extension)" },
-		{ "temperature", CLI_DOUBLE, &c->temperature, "T", "sampling temperature (default 0)" },
-		{ "slo-ttft-ms", CLI_DOUBLE, &c->slo_ttft_ms, "MS", "goodput: TTFT objective" },
-		{ "slo-tpot-ms", CLI_DOUBLE, &c->slo_tpot_ms, "MS", "goodput: TPOT objective" },
-		{ "request-timeout", CLI_DOUBLE, &f->timeout_s, "SECONDS",
-		  "per-request limit; 0 = none (default 300)" },
-		{ "max-response-bytes", CLI_BYTES, &f->max_response, "BYTES",
-		  "larger responses count as errors (default 64M)" },
-		{ "progress", CLI_BOOL, &c->progress, NULL, "live progress line on a TTY (default on)" },
+	    {"base-url", CLI_STR, &c->base_url, "URL",
+	     "server root, e.g. http://127.0.0.1:8080 (/v1/... is appended)"},
+	    {"model", CLI_STR, &c->model, "NAME", "model name to send"},
+	    {"endpoint", CLI_STR, &f->endpoint, "completions|chat",
+	     "/v1/completions (default) or /v1/chat/completions"},
+	    {"api-key", CLI_STR, &c->api_key, "KEY", "send 'Authorization: Bearer KEY'"},
+	    {"num-prompts", CLI_INT, &c->num_prompts, "N", "requests to send (default 100)"},
+	    {"max-concurrency", CLI_INT, &c->max_concurrency, "N",
+	     "most requests in flight (default: unlimited)"},
+	    {"request-rate", CLI_DOUBLE, &c->request_rate, "R",
+	     "requests per second; 0 = all at once (default)"},
+	    {"arrival", CLI_STR, &f->arrival, "poisson|constant",
+	     "arrival process at --request-rate (default poisson)"},
+	    {"seed", CLI_I64, &f->seed, "N", "seed for prompts and arrivals (default 0)"},
+	    {"dataset", CLI_STR, &f->dataset, "fixed|sharegpt|jsonl",
+	     "prompt lengths: fixed, ShareGPT-like, or a file (default fixed)"},
+	    {"dataset-path", CLI_STR, &c->dataset_path, "FILE",
+	     "JSONL of {\"prompt\":..., \"output_len\":N}"},
+	    {"input-len", CLI_INT, &c->input_len, "N", "prompt words (~tokens) (default 128)"},
+	    {"output-len", CLI_INT, &c->output_len, "N", "max_tokens per request (default 128)"},
+	    {"max-input-len", CLI_INT, &c->max_input_len, "N", "sharegpt: clip prompt lengths"},
+	    {"max-output-len", CLI_INT, &c->max_output_len, "N", "sharegpt: clip output lengths"},
+	    {"prefix-len", CLI_INT, &c->prefix_len, "N",
+	     "shared prefix words per prompt (default 0)"},
+	    {"num-prefix-groups", CLI_INT, &c->num_prefix_groups, "N",
+	     "distinct shared prefixes (default 1 when --prefix-len is set)"},
+	    {"ignore-eos", CLI_BOOL, &c->ignore_eos, NULL,
+	     "ask the server to generate exactly max_tokens (vLLM extension)"},
+	    {"temperature", CLI_DOUBLE, &c->temperature, "T", "sampling temperature (default 0)"},
+	    {"slo-ttft-ms", CLI_DOUBLE, &c->slo_ttft_ms, "MS", "goodput: TTFT objective"},
+	    {"slo-tpot-ms", CLI_DOUBLE, &c->slo_tpot_ms, "MS", "goodput: TPOT objective"},
+	    {"request-timeout", CLI_DOUBLE, &f->timeout_s, "SECONDS",
+	     "per-request limit; 0 = none (default 300)"},
+	    {"max-response-bytes", CLI_BYTES, &f->max_response, "BYTES",
+	     "larger responses count as errors (default 64M)"},
+	    {"progress", CLI_BOOL, &c->progress, NULL, "live progress line on a TTY (default on)"},
 	};
 	memcpy(o, v, sizeof v);
 	return N_COMMON_OPTS;
@@ -107,9 +108,10 @@ static int flags_finish(struct bench_flags *f, const char *cmd)
 		c->num_prefix_groups = 1;
 	if (c->request_rate < 0 || c->max_concurrency < 0 || f->timeout_s < 0 ||
 	    f->max_response < 1024 || f->max_response > ((uint64_t)1 << 34)) {
-		fprintf(stderr, "aorta bench %s: --request-rate, --max-concurrency and "
-				"--request-timeout must be >= 0; --max-response-bytes in [1K, 16G]\n",
-			cmd);
+		fprintf(stderr,
+		        "aorta bench %s: --request-rate, --max-concurrency and "
+		        "--request-timeout must be >= 0; --max-response-bytes in [1K, 16G]\n",
+		        cmd);
 		return 2;
 	}
 	c->seed = (uint64_t)f->seed;
@@ -123,9 +125,9 @@ bad:
 
 /* One run: workload, requests, summary. results are freed here. */
 static int run_once(const struct bench_config *c, const struct bench_workload *w,
-		    struct bench_summary *s, const char *json_path)
+                    struct bench_summary *s, const char *json_path)
 {
-	struct diag d = { 0 };
+	struct diag d = {0};
 	struct bench_result *res = calloc((size_t)w->n, sizeof *res);
 	if (!res) {
 		fprintf(stderr, "aorta bench: out of memory\n");
@@ -152,15 +154,15 @@ int bench_serve_main(int argc, char **argv)
 	flags_defaults(&f);
 	struct cli_opt opts[N_COMMON_OPTS + 1];
 	int n_opts = common_opts(&f, opts);
-	opts[n_opts++] = (struct cli_opt){ "json", CLI_STR, &f.json_path, "FILE",
-					   "also write results as JSON" };
+	opts[n_opts++] =
+	    (struct cli_opt){"json", CLI_STR, &f.json_path, "FILE", "also write results as JSON"};
 	const struct cli_cmd cmd = {
-		.name = "bench serve",
-		.summary = "Measure an OpenAI-compatible server under load: TTFT, TPOT, ITL, "
-			   "latency percentiles, throughput, goodput.",
-		.usage = "aorta bench serve --base-url URL --model NAME [options]",
-		.opts = opts,
-		.n_opts = n_opts,
+	    .name = "bench serve",
+	    .summary = "Measure an OpenAI-compatible server under load: TTFT, TPOT, ITL, "
+	               "latency percentiles, throughput, goodput.",
+	    .usage = "aorta bench serve --base-url URL --model NAME [options]",
+	    .opts = opts,
+	    .n_opts = n_opts,
 	};
 	const char *pos[1];
 	int n_pos;
@@ -170,7 +172,7 @@ int bench_serve_main(int argc, char **argv)
 	if (rc || flags_finish(&f, "serve"))
 		return 2;
 	struct bench_workload w;
-	struct diag d = { 0 };
+	struct diag d = {0};
 	if (bench_workload_build(&f.c, &w, &d)) {
 		fprintf(stderr, "aorta bench serve: %s\n", d.msg);
 		return d.code == ERR_NOMEM || d.code == ERR_IO ? 1 : 2;
@@ -219,27 +221,28 @@ int bench_sweep_main(int argc, char **argv)
 	struct bench_flags f;
 	flags_defaults(&f);
 	const char *rates = NULL, *concs = NULL, *csv_path = "bench_sweep.csv",
-		   *svg_path = "bench_sweep.svg";
+	           *svg_path = "bench_sweep.svg";
 	struct cli_opt opts[N_COMMON_OPTS + 5];
 	int n_opts = common_opts(&f, opts);
-	opts[n_opts++] = (struct cli_opt){ "json-prefix", CLI_STR, &f.json_path, "PREFIX",
-					     "also write PREFIX<label>.json per point" };
-	opts[n_opts++] = (struct cli_opt){ "request-rates", CLI_STR, &rates, "R1,R2,..",
-					   "rates to sweep (inf = all at once)" };
-	opts[n_opts++] = (struct cli_opt){ "concurrencies", CLI_STR, &concs, "C1,C2,..",
-					   "max concurrencies to sweep" };
-	opts[n_opts++] = (struct cli_opt){ "csv", CLI_STR, &csv_path, "FILE",
-					   "CSV output (default bench_sweep.csv)" };
-	opts[n_opts++] = (struct cli_opt){ "svg", CLI_STR, &svg_path, "FILE",
-					   "plot of latency vs throughput (default bench_sweep.svg)" };
+	opts[n_opts++] = (struct cli_opt){"json-prefix", CLI_STR, &f.json_path, "PREFIX",
+	                                  "also write PREFIX<label>.json per point"};
+	opts[n_opts++] = (struct cli_opt){"request-rates", CLI_STR, &rates, "R1,R2,..",
+	                                  "rates to sweep (inf = all at once)"};
+	opts[n_opts++] = (struct cli_opt){"concurrencies", CLI_STR, &concs, "C1,C2,..",
+	                                  "max concurrencies to sweep"};
+	opts[n_opts++] = (struct cli_opt){"csv", CLI_STR, &csv_path, "FILE",
+	                                  "CSV output (default bench_sweep.csv)"};
+	opts[n_opts++] =
+	    (struct cli_opt){"svg", CLI_STR, &svg_path, "FILE",
+	                     "plot of latency vs throughput (default bench_sweep.svg)"};
 	const struct cli_cmd cmd = {
-		.name = "bench sweep",
-		.summary = "Run `bench serve` over several request rates or concurrencies; write a "
-			   "CSV and an SVG plot of latency vs throughput.",
-		.usage = "aorta bench sweep --base-url URL --model NAME "
-			 "(--request-rates LIST | --concurrencies LIST) [options]",
-		.opts = opts,
-		.n_opts = n_opts,
+	    .name = "bench sweep",
+	    .summary = "Run `bench serve` over several request rates or concurrencies; write a "
+	               "CSV and an SVG plot of latency vs throughput.",
+	    .usage = "aorta bench sweep --base-url URL --model NAME "
+	             "(--request-rates LIST | --concurrencies LIST) [options]",
+	    .opts = opts,
+	    .n_opts = n_opts,
 	};
 	const char *pos[1];
 	int n_pos;
@@ -253,14 +256,15 @@ int bench_sweep_main(int argc, char **argv)
 	bool by_rate = rates != NULL;
 	if ((rates != NULL) == (concs != NULL) ||
 	    parse_list(by_rate ? rates : concs, vals, SWEEP_MAX, &n_vals)) {
-		fprintf(stderr, "aorta bench sweep: give exactly one of --request-rates or "
-				"--concurrencies, a comma-separated list of up to %d positive "
-				"values\n",
-			SWEEP_MAX);
+		fprintf(stderr,
+		        "aorta bench sweep: give exactly one of --request-rates or "
+		        "--concurrencies, a comma-separated list of up to %d positive "
+		        "values\n",
+		        SWEEP_MAX);
 		return 2;
 	}
 	struct bench_workload w;
-	struct diag d = { 0 };
+	struct diag d = {0};
 	if (bench_workload_build(&f.c, &w, &d)) {
 		fprintf(stderr, "aorta bench sweep: %s\n", d.msg);
 		return 2;
@@ -272,9 +276,9 @@ int bench_sweep_main(int argc, char **argv)
 		return 1;
 	}
 	fprintf(csv, "label,request_rate,max_concurrency,completed,failed,duration_s,"
-		     "request_throughput,output_throughput,total_token_throughput,goodput,"
-		     "ttft_mean_ms,ttft_p50_ms,ttft_p99_ms,tpot_mean_ms,tpot_p50_ms,tpot_p99_ms,"
-		     "itl_p50_ms,itl_p99_ms,e2e_mean_ms,e2e_p50_ms,e2e_p99_ms\n");
+	             "request_throughput,output_throughput,total_token_throughput,goodput,"
+	             "ttft_mean_ms,ttft_p50_ms,ttft_p99_ms,tpot_mean_ms,tpot_p50_ms,tpot_p99_ms,"
+	             "itl_p50_ms,itl_p99_ms,e2e_mean_ms,e2e_p50_ms,e2e_p99_ms\n");
 	struct bench_sweep_point pts[SWEEP_MAX];
 	int n_pts = 0, n_bad = 0;
 	for (int i = 0; i < n_vals; i++) {
@@ -300,13 +304,14 @@ int bench_sweep_main(int argc, char **argv)
 			continue;
 		}
 		bench_print_summary(stdout, &c, &s);
-		fprintf(csv, "%s,%g,%d,%d,%d,%.3f,%.4f,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-			     "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
-			p->label, c.request_rate, c.max_concurrency, s.n_ok, s.n_failed, s.duration_s,
-			s.request_throughput, s.output_throughput, s.total_token_throughput, s.goodput,
-			s.ttft_ms.mean, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.mean, s.tpot_ms.p50,
-			s.tpot_ms.p99, s.itl_ms.p50, s.itl_ms.p99, s.e2e_ms.mean, s.e2e_ms.p50,
-			s.e2e_ms.p99);
+		fprintf(csv,
+		        "%s,%g,%d,%d,%d,%.3f,%.4f,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+		        "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n",
+		        p->label, c.request_rate, c.max_concurrency, s.n_ok, s.n_failed,
+		        s.duration_s, s.request_throughput, s.output_throughput,
+		        s.total_token_throughput, s.goodput, s.ttft_ms.mean, s.ttft_ms.p50,
+		        s.ttft_ms.p99, s.tpot_ms.mean, s.tpot_ms.p50, s.tpot_ms.p99, s.itl_ms.p50,
+		        s.itl_ms.p99, s.e2e_ms.mean, s.e2e_ms.p50, s.e2e_ms.p99);
 		if (s.n_ok == 0) {
 			n_bad++;
 			continue;
@@ -322,13 +327,12 @@ int bench_sweep_main(int argc, char **argv)
 		return 1;
 	}
 	char title[256];
-	snprintf(title, sizeof title, "%s: end-to-end latency vs output throughput",
-		 f.c.model);
+	snprintf(title, sizeof title, "%s: end-to-end latency vs output throughput", f.c.model);
 	if (bench_svg_write(svg_path, title, pts, n_pts, &d)) {
 		fprintf(stderr, "aorta bench sweep: %s\n", d.msg);
 		return 1;
 	}
 	fprintf(stderr, "aorta bench sweep: wrote %s and %s (%d of %d points)\n", csv_path,
-		svg_path, n_pts, n_vals);
+	        svg_path, n_pts, n_vals);
 	return n_bad == n_vals ? 1 : 0;
 }

@@ -71,14 +71,14 @@ struct bench_config {
 	const char *api_key; /* NULL: no Authorization header */
 	enum bench_api api;
 	int num_prompts;
-	int max_concurrency;  /* 0: unlimited */
-	double request_rate;  /* requests/s; <= 0 or inf: all at t=0 */
+	int max_concurrency; /* 0: unlimited */
+	double request_rate; /* requests/s; <= 0 or inf: all at t=0 */
 	enum bench_arrival arrival;
 	uint64_t seed;
 	enum bench_dataset dataset;
-	int input_len, output_len; /* fixed (and jsonl default output) */
+	int input_len, output_len;         /* fixed (and jsonl default output) */
 	int max_input_len, max_output_len; /* sharegpt clip (0: defaults) */
-	const char *dataset_path;  /* jsonl */
+	const char *dataset_path;          /* jsonl */
 	int prefix_len, num_prefix_groups;
 	bool ignore_eos;
 	double temperature;
@@ -123,15 +123,15 @@ enum bench_err {
 
 struct bench_result {
 	enum bench_err err;
-	int status;         /* HTTP status, 0 if none was read */
-	double start_s;     /* since the run began */
-	double ttft_s;      /* < 0: no content seen */
+	int status;     /* HTTP status, 0 if none was read */
+	double start_s; /* since the run began */
+	double ttft_s;  /* < 0: no content seen */
 	double e2e_s;
 	int prompt_tokens;
 	int output_tokens;
-	int n_chunks;       /* content chunks */
+	int n_chunks; /* content chunks */
 	bool usage_from_server;
-	double *itl_s;      /* owned, n_itl gaps */
+	double *itl_s; /* owned, n_itl gaps */
 	int n_itl;
 };
 
@@ -144,7 +144,7 @@ const char *bench_err_key(const struct bench_result *r, char *buf, size_t cap);
  * the first start to the last completion. Fails only on bad configuration
  * (address, allocation); failed requests are recorded, not returned. */
 int bench_run(const struct bench_config *c, const struct bench_workload *w,
-	      struct bench_result *results, double *duration_s, struct diag *d);
+              struct bench_result *results, double *duration_s, struct diag *d);
 void bench_results_free(struct bench_result *results, int n);
 
 /* ---- statistics ---- */
@@ -177,23 +177,22 @@ struct bench_summary {
 };
 
 int bench_summarize(const struct bench_config *c, const struct bench_result *r, int n,
-		    double duration_s, struct bench_summary *s);
+                    double duration_s, struct bench_summary *s);
 void bench_print_summary(FILE *out, const struct bench_config *c, const struct bench_summary *s);
 /* Write config, summary and per-request records as JSON to path. */
-int bench_write_json(const char *path, const struct bench_config *c,
-		     const struct bench_summary *s, const struct bench_result *r, int n,
-		     struct diag *d);
+int bench_write_json(const char *path, const struct bench_config *c, const struct bench_summary *s,
+                     const struct bench_result *r, int n, struct diag *d);
 
 /* ---- sweep output ---- */
 
 struct bench_sweep_point {
-	char label[32]; /* "rate=4" / "conc=8" */
-	double x;       /* output tokens/s */
+	char label[32];      /* "rate=4" / "conc=8" */
+	double x;            /* output tokens/s */
 	double y_p50, y_p99; /* end-to-end latency, ms */
 };
 /* A line plot of latency (p50 and p99) against throughput, as SVG. */
-int bench_svg_write(const char *path, const char *title, const struct bench_sweep_point *pts,
-		    int n, struct diag *d);
+int bench_svg_write(const char *path, const char *title, const struct bench_sweep_point *pts, int n,
+                    struct diag *d);
 
 /* ---- commands (exit status: 0 ok, 1 runtime failure, 2 usage) ---- */
 

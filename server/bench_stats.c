@@ -67,15 +67,15 @@ int bench_stat_compute(const double *v, size_t n, struct bench_stat *out)
 }
 
 static const char *const err_names[BENCH_E__COUNT] = {
-	[BENCH_OK] = "ok",
-	[BENCH_E_HTTP] = "http",
-	[BENCH_E_CONNECT] = "connect",
-	[BENCH_E_RESET] = "reset",
-	[BENCH_E_TIMEOUT] = "timeout",
-	[BENCH_E_MALFORMED] = "malformed",
-	[BENCH_E_TOO_LARGE] = "too_large",
-	[BENCH_E_STREAM] = "stream_error",
-	[BENCH_E_EMPTY] = "empty",
+    [BENCH_OK] = "ok",
+    [BENCH_E_HTTP] = "http",
+    [BENCH_E_CONNECT] = "connect",
+    [BENCH_E_RESET] = "reset",
+    [BENCH_E_TIMEOUT] = "timeout",
+    [BENCH_E_MALFORMED] = "malformed",
+    [BENCH_E_TOO_LARGE] = "too_large",
+    [BENCH_E_STREAM] = "stream_error",
+    [BENCH_E_EMPTY] = "empty",
 };
 
 const char *bench_err_key(const struct bench_result *r, char *buf, size_t cap)
@@ -110,7 +110,7 @@ static void add_err(struct bench_summary *s, const char *key)
 }
 
 int bench_summarize(const struct bench_config *c, const struct bench_result *r, int n,
-		    double duration_s, struct bench_summary *s)
+                    double duration_s, struct bench_summary *s)
 {
 	memset(s, 0, sizeof *s);
 	s->n_requests = n;
@@ -167,7 +167,7 @@ int bench_summarize(const struct bench_config *c, const struct bench_result *r, 
 		s->request_throughput = s->n_ok / duration_s;
 		s->output_throughput = (double)s->total_output_tokens / duration_s;
 		s->total_token_throughput =
-			(double)(s->total_output_tokens + s->total_prompt_tokens) / duration_s;
+		    (double)(s->total_output_tokens + s->total_prompt_tokens) / duration_s;
 		if (s->has_slo)
 			s->goodput = s->n_good / duration_s;
 	}
@@ -177,7 +177,7 @@ int bench_summarize(const struct bench_config *c, const struct bench_result *r, 
 static void print_stat(FILE *out, const char *name, const struct bench_stat *st)
 {
 	fprintf(out, "%-10s %10.2f %10.2f %10.2f %10.2f %10.2f %8d\n", name, st->mean, st->p50,
-		st->p90, st->p99, st->max, st->n);
+	        st->p90, st->p99, st->max, st->n);
 }
 
 void bench_print_summary(FILE *out, const struct bench_config *c, const struct bench_summary *s)
@@ -191,18 +191,20 @@ void bench_print_summary(FILE *out, const struct bench_config *c, const struct b
 		fprintf(out, "%-40s %12d\n", "Maximum request concurrency:", c->max_concurrency);
 	if (c->request_rate > 0 && isfinite(c->request_rate))
 		fprintf(out, "%-40s %12.2f (%s)\n", "Request rate (req/s):", c->request_rate,
-			c->arrival == BENCH_ARRIVAL_POISSON ? "poisson" : "constant");
+		        c->arrival == BENCH_ARRIVAL_POISSON ? "poisson" : "constant");
 	fprintf(out, "%-40s %12.2f\n", "Benchmark duration (s):", s->duration_s);
 	fprintf(out, "%-40s %12lld\n", "Total input tokens:", (long long)s->total_prompt_tokens);
-	fprintf(out, "%-40s %12lld\n", "Total generated tokens:", (long long)s->total_output_tokens);
+	fprintf(out, "%-40s %12lld\n",
+	        "Total generated tokens:", (long long)s->total_output_tokens);
 	fprintf(out, "%-40s %12.2f\n", "Request throughput (req/s):", s->request_throughput);
 	if (s->has_slo)
 		fprintf(out, "%-40s %12.2f (%d good)\n", "Request goodput (req/s):", s->goodput,
-			s->n_good);
+		        s->n_good);
 	fprintf(out, "%-40s %12.2f\n", "Output token throughput (tok/s):", s->output_throughput);
-	fprintf(out, "%-40s %12.2f\n", "Total token throughput (tok/s):", s->total_token_throughput);
+	fprintf(out, "%-40s %12.2f\n",
+	        "Total token throughput (tok/s):", s->total_token_throughput);
 	fprintf(out, "\n%-10s %10s %10s %10s %10s %10s %8s\n", "(ms)", "mean", "p50", "p90", "p99",
-		"max", "n");
+	        "max", "n");
 	print_stat(out, "TTFT", &s->ttft_ms);
 	print_stat(out, "TPOT", &s->tpot_ms);
 	print_stat(out, "ITL", &s->itl_ms);
@@ -228,14 +230,14 @@ static cJSON *stat_json(const struct bench_stat *st)
 
 static cJSON *config_json(const struct bench_config *c)
 {
-	static const char *const ds[] = { "fixed", "sharegpt", "jsonl" };
+	static const char *const ds[] = {"fixed", "sharegpt", "jsonl"};
 	cJSON *o = cJSON_CreateObject();
 	if (!o)
 		return NULL;
 	cJSON_AddStringToObject(o, "base_url", c->base_url ? c->base_url : "");
 	cJSON_AddStringToObject(o, "model", c->model ? c->model : "");
-	cJSON_AddStringToObject(o, "endpoint",
-				c->api == BENCH_API_CHAT ? "/v1/chat/completions" : "/v1/completions");
+	cJSON_AddStringToObject(
+	    o, "endpoint", c->api == BENCH_API_CHAT ? "/v1/chat/completions" : "/v1/completions");
 	cJSON_AddNumberToObject(o, "num_prompts", c->num_prompts);
 	cJSON_AddNumberToObject(o, "max_concurrency", c->max_concurrency);
 	if (c->request_rate > 0 && isfinite(c->request_rate))
@@ -243,7 +245,7 @@ static cJSON *config_json(const struct bench_config *c)
 	else
 		cJSON_AddStringToObject(o, "request_rate", "inf");
 	cJSON_AddStringToObject(o, "arrival",
-				c->arrival == BENCH_ARRIVAL_POISSON ? "poisson" : "constant");
+	                        c->arrival == BENCH_ARRIVAL_POISSON ? "poisson" : "constant");
 	cJSON_AddNumberToObject(o, "seed", (double)c->seed);
 	cJSON_AddStringToObject(o, "dataset", ds[c->dataset]);
 	cJSON_AddNumberToObject(o, "input_len", c->input_len);
@@ -281,9 +283,8 @@ static cJSON *requests_json(const struct bench_result *r, int n)
 	return a;
 }
 
-int bench_write_json(const char *path, const struct bench_config *c,
-		     const struct bench_summary *s, const struct bench_result *r, int n,
-		     struct diag *d)
+int bench_write_json(const char *path, const struct bench_config *c, const struct bench_summary *s,
+                     const struct bench_result *r, int n, struct diag *d)
 {
 	cJSON *root = cJSON_CreateObject();
 	if (!root)

@@ -17,19 +17,19 @@
 #include "common/checked.h"
 
 static const char *const words[] = {
-	"the",    "of",     "and",   "to",    "in",    "is",     "that",  "for",   "it",
-	"as",     "was",    "with",  "be",    "by",    "on",     "not",   "he",    "this",
-	"are",    "or",     "his",   "from",  "at",    "which",  "but",   "have",  "an",
-	"had",    "they",   "you",   "were",  "their", "one",    "all",   "we",    "can",
-	"her",    "has",    "there", "been",  "if",    "more",   "when",  "will",  "would",
-	"who",    "so",     "no",    "time",  "people", "year",  "way",   "day",   "man",
-	"thing",  "world",  "life",  "hand",  "part",  "child",  "eye",   "woman", "place",
-	"work",   "week",   "case",  "point", "number", "group", "problem", "fact", "good",
-	"new",    "first",  "last",  "long",  "great", "little", "own",   "other", "old",
-	"right",  "big",    "high",  "small", "large", "next",   "early", "young", "important",
-	"public", "bad",    "same",  "able",  "house", "water",  "city",  "light", "music",
-	"river",  "table",  "green", "blue",  "red",   "black",  "white", "night", "morning",
-	"book",   "story",  "game",  "money", "power", "school", "family", "state", "system",
+    "the",    "of",    "and",   "to",    "in",     "is",     "that",    "for",   "it",
+    "as",     "was",   "with",  "be",    "by",     "on",     "not",     "he",    "this",
+    "are",    "or",    "his",   "from",  "at",     "which",  "but",     "have",  "an",
+    "had",    "they",  "you",   "were",  "their",  "one",    "all",     "we",    "can",
+    "her",    "has",   "there", "been",  "if",     "more",   "when",    "will",  "would",
+    "who",    "so",    "no",    "time",  "people", "year",   "way",     "day",   "man",
+    "thing",  "world", "life",  "hand",  "part",   "child",  "eye",     "woman", "place",
+    "work",   "week",  "case",  "point", "number", "group",  "problem", "fact",  "good",
+    "new",    "first", "last",  "long",  "great",  "little", "own",     "other", "old",
+    "right",  "big",   "high",  "small", "large",  "next",   "early",   "young", "important",
+    "public", "bad",   "same",  "able",  "house",  "water",  "city",    "light", "music",
+    "river",  "table", "green", "blue",  "red",    "black",  "white",   "night", "morning",
+    "book",   "story", "game",  "money", "power",  "school", "family",  "state", "system",
 };
 #define N_WORDS (sizeof words / sizeof words[0])
 
@@ -91,7 +91,7 @@ static int read_jsonl(const char *path, struct jsonl_line **out, int *n_out, str
 		if (ch != EOF && ch != '\n') {
 			if (line.len >= (64u << 20)) {
 				rc = diag_set(d, ERR_TOO_LARGE, "%s:%d: line over 64 MiB", path,
-					      lineno + 1);
+				              lineno + 1);
 				break;
 			}
 			if (buf_append_char(&line, (char)ch)) {
@@ -104,18 +104,20 @@ static int read_jsonl(const char *path, struct jsonl_line **out, int *n_out, str
 		bool blank = true;
 		for (size_t i = 0; i < line.len; i++)
 			blank = blank && (line.data[i] == ' ' || line.data[i] == '\t' ||
-					  line.data[i] == '\r');
+			                  line.data[i] == '\r');
 		if (!blank) {
 			cJSON *o = cJSON_ParseWithLength(line.data, line.len);
 			cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 			cJSON *ol = cJSON_GetObjectItemCaseSensitive(o, "output_len");
-			if (!cJSON_IsString(p) || (ol && (!cJSON_IsNumber(ol) || ol->valuedouble < 1 ||
-							  ol->valuedouble > 1e7))) {
+			if (!cJSON_IsString(p) ||
+			    (ol && (!cJSON_IsNumber(ol) || ol->valuedouble < 1 ||
+			            ol->valuedouble > 1e7))) {
 				cJSON_Delete(o);
-				rc = diag_set(d, ERR_FORMAT,
-					      "%s:%d: expected {\"prompt\": string, \"output_len\": "
-					      "positive int (optional)}",
-					      path, lineno);
+				rc =
+				    diag_set(d, ERR_FORMAT,
+				             "%s:%d: expected {\"prompt\": string, \"output_len\": "
+				             "positive int (optional)}",
+				             path, lineno);
 				break;
 			}
 			if (n == cap) {
@@ -167,7 +169,7 @@ static int build_prefixes(const struct bench_config *c, char ***out, struct diag
 		return diag_set(d, ERR_NOMEM, "out of memory");
 	for (int g = 0; g < c->num_prefix_groups; g++) {
 		/* Each group has its own stream, so adding groups keeps earlier prefixes. */
-		struct bench_rng rng = { c->seed ^ (0x5eedULL * (uint64_t)(g + 1)) };
+		struct bench_rng rng = {c->seed ^ (0x5eedULL * (uint64_t)(g + 1))};
 		struct buf b;
 		buf_init(&b);
 		int rc = append_words(&b, &rng, c->prefix_len);
@@ -221,7 +223,8 @@ int bench_workload_build(const struct bench_config *c, struct bench_workload *w,
 		return rc;
 	struct jsonl_line *lines = NULL;
 	int n_lines = 0;
-	if (c->dataset == BENCH_DATA_JSONL && (rc = read_jsonl(c->dataset_path, &lines, &n_lines, d)))
+	if (c->dataset == BENCH_DATA_JSONL &&
+	    (rc = read_jsonl(c->dataset_path, &lines, &n_lines, d)))
 		return rc;
 	char **prefixes = NULL;
 	if ((rc = build_prefixes(c, &prefixes, d)))
@@ -232,7 +235,7 @@ int bench_workload_build(const struct bench_config *c, struct bench_workload *w,
 		goto out;
 	}
 	w->n = c->num_prompts;
-	struct bench_rng rng = { c->seed };
+	struct bench_rng rng = {c->seed};
 	int in_hi = c->max_input_len > 0 && c->max_input_len < 2048 ? c->max_input_len : 2048;
 	int out_hi = c->max_output_len > 0 && c->max_output_len < 1024 ? c->max_output_len : 1024;
 	for (int i = 0; i < w->n; i++) {
@@ -256,9 +259,10 @@ int bench_workload_build(const struct bench_config *c, struct bench_workload *w,
 				p->output_len = l->output_len;
 		} else if (!rc) {
 			if (c->dataset == BENCH_DATA_SHAREGPT) {
-				in_len = lognormal_len(&rng, 220, 0.9, in_hi < 4 ? in_hi : 4, in_hi);
-				p->output_len = lognormal_len(&rng, 180, 0.8, out_hi < 4 ? out_hi : 4,
-							      out_hi);
+				in_len =
+				    lognormal_len(&rng, 220, 0.9, in_hi < 4 ? in_hi : 4, in_hi);
+				p->output_len =
+				    lognormal_len(&rng, 180, 0.8, out_hi < 4 ? out_hi : 4, out_hi);
 			}
 			rc = append_words(&b, &rng, in_len);
 			p->prompt_len += in_len;

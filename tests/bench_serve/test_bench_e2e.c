@@ -77,7 +77,7 @@ static void config(struct bench_config *c, const char *model, int n, int in, int
 static struct bench_result *run(const struct bench_config *c, struct bench_summary *s)
 {
 	struct bench_workload w;
-	struct diag d = { 0 };
+	struct diag d = {0};
 	ck_assert_int_eq(bench_workload_build(c, &w, &d), 0);
 	struct bench_result *res = calloc((size_t)w.n, sizeof *res);
 	double dur = -1;
@@ -157,8 +157,8 @@ START_TEST(test_timings_match_delays)
 	ck_assert_int_eq(s.n_ok, 4);
 	/* lower bounds are hard (timers never fire early by more than ~1 ms);
 	 * upper bounds leave room for a loaded machine and sanitizers */
-	ck_assert_msg(s.ttft_ms.min >= 99 && s.ttft_ms.max < 400, "ttft %.1f..%.1f",
-		      s.ttft_ms.min, s.ttft_ms.max);
+	ck_assert_msg(s.ttft_ms.min >= 99 && s.ttft_ms.max < 400, "ttft %.1f..%.1f", s.ttft_ms.min,
+	              s.ttft_ms.max);
 	ck_assert_msg(s.itl_ms.p50 >= 18 && s.itl_ms.p50 < 80, "itl p50 %.1f", s.itl_ms.p50);
 	ck_assert_msg(s.tpot_ms.mean >= 18 && s.tpot_ms.mean < 80, "tpot %.1f", s.tpot_ms.mean);
 	ck_assert_msg(s.e2e_ms.min >= 99 + 5 * 19, "e2e %.1f", s.e2e_ms.min);
@@ -172,7 +172,8 @@ static int max_overlap(const struct bench_result *r, int n)
 	for (int i = 0; i < n; i++) {
 		int k = 0;
 		for (int j = 0; j < n; j++)
-			k += r[j].start_s <= r[i].start_s && r[i].start_s < r[j].start_s + r[j].e2e_s;
+			k += r[j].start_s <= r[i].start_s &&
+			     r[i].start_s < r[j].start_s + r[j].e2e_s;
 		best = k > best ? k : best;
 	}
 	return best;
@@ -209,9 +210,9 @@ START_TEST(test_arrivals)
 	ck_assert_int_eq(s.n_ok, 10);
 	for (int i = 0; i < 10; i++) {
 		ck_assert_msg(r[i].start_s >= i * 0.05 - 0.002, "request %d early: %.4f", i,
-			      r[i].start_s);
+		              r[i].start_s);
 		ck_assert_msg(r[i].start_s < i * 0.05 + 0.1, "request %d late: %.4f", i,
-			      r[i].start_s);
+		              r[i].start_s);
 	}
 	ck_assert(s.duration_s >= 0.45);
 	free_run(r, 10);
@@ -231,8 +232,7 @@ START_TEST(test_arrivals)
 END_TEST
 
 /* Every request fails with the given mode: all must be errors of that kind. */
-static void expect_all_fail(const char *model, const char *key, double timeout_s,
-			    size_t max_bytes)
+static void expect_all_fail(const char *model, const char *key, double timeout_s, size_t max_bytes)
 {
 	struct bench_config c;
 	config(&c, model, 4, 4, 4);
@@ -243,9 +243,9 @@ static void expect_all_fail(const char *model, const char *key, double timeout_s
 	struct bench_summary s;
 	struct bench_result *r = run(&c, &s);
 	ck_assert_msg(s.n_ok == 0 && s.n_failed == 4, "%s: %d ok, %d failed", model, s.n_ok,
-		      s.n_failed);
-	ck_assert_msg(err_count(&s, key) == 4, "%s: expected 4 x %s, got kind %s x %d", model,
-		      key, s.n_err_kinds ? s.errs[0].key : "-", s.n_err_kinds ? s.errs[0].count : 0);
+	              s.n_failed);
+	ck_assert_msg(err_count(&s, key) == 4, "%s: expected 4 x %s, got kind %s x %d", model, key,
+	              s.n_err_kinds ? s.errs[0].key : "-", s.n_err_kinds ? s.errs[0].count : 0);
 	ck_assert_int_eq(s.ttft_ms.n, 0); /* no latency samples from failures */
 	ck_assert_int_eq(s.e2e_ms.n, 0);
 	ck_assert_int_eq(s.total_output_tokens, 0);
@@ -295,7 +295,7 @@ START_TEST(test_connect_refused)
 {
 	/* a port nobody listens on: bind one, read its number, close it */
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof a;
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
 	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
@@ -343,9 +343,23 @@ START_TEST(test_commands)
 	snprintf(csv, sizeof csv, "%s/sweep.csv", dir);
 	snprintf(svg, sizeof svg, "%s/sweep.svg", dir);
 
-	char *serve_argv[] = { "--base-url", fake.url, "--model", "fake-cli", "--num-prompts", "6",
-			       "--input-len", "5", "--output-len", "4", "--max-concurrency", "3",
-			       "--slo-ttft-ms", "10000", "--json", json, NULL };
+	char *serve_argv[] = {"--base-url",
+	                      fake.url,
+	                      "--model",
+	                      "fake-cli",
+	                      "--num-prompts",
+	                      "6",
+	                      "--input-len",
+	                      "5",
+	                      "--output-len",
+	                      "4",
+	                      "--max-concurrency",
+	                      "3",
+	                      "--slo-ttft-ms",
+	                      "10000",
+	                      "--json",
+	                      json,
+	                      NULL};
 	ck_assert_int_eq(bench_serve_main(16, serve_argv), 0);
 	char *text = slurp(json);
 	ck_assert_ptr_nonnull(text);
@@ -359,25 +373,40 @@ START_TEST(test_commands)
 	free(text);
 
 	/* a failing server: exit 1 and the errors in the JSON */
-	char *fail_argv[] = { "--base-url", fake.url, "--model", "fake-cli-500?fail=500",
-			      "--num-prompts", "3", "--json", json, NULL };
+	char *fail_argv[] = {
+	    "--base-url", fake.url, "--model", "fake-cli-500?fail=500", "--num-prompts", "3",
+	    "--json",     json,     NULL};
 	ck_assert_int_eq(bench_serve_main(8, fail_argv), 1);
 	text = slurp(json);
 	o = cJSON_Parse(text);
 	ck_assert_int_eq(cJSON_GetObjectItem(o, "completed")->valueint, 0);
 	ck_assert_int_eq(
-		cJSON_GetObjectItem(cJSON_GetObjectItem(o, "errors"), "http_500")->valueint, 3);
+	    cJSON_GetObjectItem(cJSON_GetObjectItem(o, "errors"), "http_500")->valueint, 3);
 	cJSON_Delete(o);
 	free(text);
 
-	char *bad_argv[] = { "--model", "x", NULL };
+	char *bad_argv[] = {"--model", "x", NULL};
 	ck_assert_int_eq(bench_serve_main(2, bad_argv), 2);
-	char *bad2[] = { "--base-url", fake.url, "--model", "x", "--dataset", "nope", NULL };
+	char *bad2[] = {"--base-url", fake.url, "--model", "x", "--dataset", "nope", NULL};
 	ck_assert_int_eq(bench_serve_main(6, bad2), 2);
 
-	char *sweep_argv[] = { "--base-url", fake.url, "--model", "fake-sweep?itl=2",
-			       "--num-prompts", "6", "--input-len", "5", "--output-len", "4",
-			       "--concurrencies", "1,3", "--csv", csv, "--svg", svg, NULL };
+	char *sweep_argv[] = {"--base-url",
+	                      fake.url,
+	                      "--model",
+	                      "fake-sweep?itl=2",
+	                      "--num-prompts",
+	                      "6",
+	                      "--input-len",
+	                      "5",
+	                      "--output-len",
+	                      "4",
+	                      "--concurrencies",
+	                      "1,3",
+	                      "--csv",
+	                      csv,
+	                      "--svg",
+	                      svg,
+	                      NULL};
 	ck_assert_int_eq(bench_sweep_main(16, sweep_argv), 0);
 	text = slurp(csv);
 	ck_assert_ptr_nonnull(text);
@@ -396,8 +425,8 @@ START_TEST(test_commands)
 	ck_assert_ptr_nonnull(strstr(text, "</svg>"));
 	free(text);
 
-	char *sweep_bad[] = { "--base-url", fake.url, "--model", "x", "--request-rates", "1,-2",
-			      NULL };
+	char *sweep_bad[] = {"--base-url",      fake.url, "--model", "x",
+	                     "--request-rates", "1,-2",   NULL};
 	ck_assert_int_eq(bench_sweep_main(6, sweep_bad), 2);
 	unlink(json);
 	unlink(csv);
@@ -409,8 +438,9 @@ END_TEST
 int main(int argc, char **argv)
 {
 	if (start_fake(argc > 1 ? argv[1] : NULL)) {
-		fprintf(stderr, "SKIP: cannot start the fake server (node '%s', source root '%s')\n",
-			argc > 1 ? argv[1] : "", getenv("AORTA_SOURCE_ROOT") ? "set" : "unset");
+		fprintf(stderr,
+		        "SKIP: cannot start the fake server (node '%s', source root '%s')\n",
+		        argc > 1 ? argv[1] : "", getenv("AORTA_SOURCE_ROOT") ? "set" : "unset");
 		return 77;
 	}
 	Suite *s = suite_create("bench_e2e");

@@ -37,15 +37,15 @@ static int feed(struct bench_resp_parser *p, const char *text, size_t len, long 
 }
 
 static const char chunked_resp[] = "HTTP/1.1 200 OK\r\n"
-				   "Content-Type: text/event-stream\r\n"
-				   "Transfer-Encoding: chunked\r\n"
-				   "\r\n"
-				   "5\r\nhello\r\n"
-				   "1A;ext=1\r\n, this is 26 bytes long ok\r\n"
-				   "0\r\n"
-				   "X-Trailer: t\r\n"
-				   "\r\n"
-				   "GARBAGE AFTER THE MESSAGE";
+                                   "Content-Type: text/event-stream\r\n"
+                                   "Transfer-Encoding: chunked\r\n"
+                                   "\r\n"
+                                   "5\r\nhello\r\n"
+                                   "1A;ext=1\r\n, this is 26 bytes long ok\r\n"
+                                   "0\r\n"
+                                   "X-Trailer: t\r\n"
+                                   "\r\n"
+                                   "GARBAGE AFTER THE MESSAGE";
 
 START_TEST(test_chunked_every_split)
 {
@@ -70,7 +70,7 @@ END_TEST
 START_TEST(test_content_length_and_eof)
 {
 	const char *r = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 11\r\n"
-			"Content-Type: application/json\r\n\r\n{\"error\":1}";
+	                "Content-Type: application/json\r\n\r\n{\"error\":1}";
 	size_t len = strlen(r);
 	for (long split = -1; split < (long)len; split++) {
 		struct buf body;
@@ -120,7 +120,7 @@ END_TEST
 START_TEST(test_interim_response)
 {
 	const char *r = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 429 Too Many Requests\r\n"
-			"Content-Length: 2\r\n\r\nno";
+	                "Content-Length: 2\r\n\r\nno";
 	struct buf body;
 	buf_init(&body);
 	struct bench_resp_parser p;
@@ -145,18 +145,18 @@ static int parse_all(const char *text, size_t len)
 START_TEST(test_malformed)
 {
 	const char *bad[] = {
-		"HTTQ/1.1 200 OK\r\n\r\n",
-		"HTTP/1.1 20 OK\r\n\r\n",
-		"HTTP/1.1 999 Nope\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
-		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY\r\n",
+	    "HTTQ/1.1 200 OK\r\n\r\n",
+	    "HTTP/1.1 20 OK\r\n\r\n",
+	    "HTTP/1.1 999 Nope\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+	    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+	    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+	    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY\r\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
 		ck_assert_msg(parse_all(bad[i], strlen(bad[i])) == ERR_FORMAT, "case %zu", i);
@@ -216,25 +216,25 @@ static int collect_event(void *ud, const char *data, size_t n)
 }
 
 static const char sse_text[] = ": comment, ignored\n"
-			       "\n"
-			       "data: {\"a\":1}\n\n"
-			       "event: message\r\n"
-			       "id: 7\r\n"
-			       "data:no-space\r\n"
-			       "\r\n"
-			       "data: line one\n"
-			       "data: line two\n"
-			       "retry: 10\n"
-			       "\n"
-			       "data\n\n"
-			       "data: [DONE]\n\n"
-			       "data: unterminated";
+                               "\n"
+                               "data: {\"a\":1}\n\n"
+                               "event: message\r\n"
+                               "id: 7\r\n"
+                               "data:no-space\r\n"
+                               "\r\n"
+                               "data: line one\n"
+                               "data: line two\n"
+                               "retry: 10\n"
+                               "\n"
+                               "data\n\n"
+                               "data: [DONE]\n\n"
+                               "data: unterminated";
 
 START_TEST(test_sse_every_split)
 {
 	size_t len = strlen(sse_text);
 	for (size_t split = 0; split <= len; split++) {
-		struct events e = { 0 };
+		struct events e = {0};
 		struct bench_sse s;
 		bench_sse_init(&s, 4096, collect_event, &e);
 		ck_assert_int_eq(bench_sse_feed(&s, sse_text, split), 0);
@@ -248,7 +248,7 @@ START_TEST(test_sse_every_split)
 		bench_sse_deinit(&s);
 	}
 	/* byte by byte */
-	struct events e = { 0 };
+	struct events e = {0};
 	struct bench_sse s;
 	bench_sse_init(&s, 4096, collect_event, &e);
 	for (size_t i = 0; i < len; i++)
@@ -261,7 +261,7 @@ END_TEST
 
 START_TEST(test_sse_limits_and_stop)
 {
-	struct events e = { 0 };
+	struct events e = {0};
 	struct bench_sse s;
 	bench_sse_init(&s, 64, collect_event, &e);
 	char line[200];
@@ -280,7 +280,7 @@ START_TEST(test_sse_limits_and_stop)
 	bench_sse_deinit(&s);
 
 	/* the event callback's return value stops the feed */
-	struct events e2 = { .stop_at = 2 };
+	struct events e2 = {.stop_at = 2};
 	bench_sse_init(&s, 4096, collect_event, &e2);
 	ck_assert_int_eq(bench_sse_feed(&s, sse_text, strlen(sse_text)), 5);
 	ck_assert_int_eq(e2.n, 2);
@@ -314,10 +314,10 @@ static int check_event(void *ud, const char *data, size_t n)
 START_TEST(test_random_mutations)
 {
 	const char *seeds[] = {
-		chunked_resp,
-		"HTTP/1.1 200 OK\r\nContent-Length: 20\r\nContent-Type: text/event-stream\r\n\r\n"
-		"data: {\"a\": 1}\n\ndata:",
-		sse_text,
+	    chunked_resp,
+	    "HTTP/1.1 200 OK\r\nContent-Length: 20\r\nContent-Type: text/event-stream\r\n\r\n"
+	    "data: {\"a\": 1}\n\ndata:",
+	    sse_text,
 	};
 	uint64_t st = 12345;
 	char m[1024];

@@ -17,7 +17,7 @@ START_TEST(test_percentile_numpy)
 {
 	/* numpy: x = [12.5, 3, 7.25, 100, .5, 42, 8, 15.5, 9.75, 61];
 	 * np.percentile(x, [0, 25, 50, 90, 99, 100]); x.mean(); x.std() */
-	const double x[] = { 12.5, 3.0, 7.25, 100.0, 0.5, 42.0, 8.0, 15.5, 9.75, 61.0 };
+	const double x[] = {12.5, 3.0, 7.25, 100.0, 0.5, 42.0, 8.0, 15.5, 9.75, 61.0};
 	struct bench_stat s;
 	ck_assert_int_eq(bench_stat_compute(x, 10, &s), 0);
 	ck_assert_int_eq(s.n, 10);
@@ -44,7 +44,7 @@ START_TEST(test_percentile_numpy)
 	ck_assert_double_eq(bench_percentile_sorted(sorted, 10, 1.0), 100.0);
 
 	/* two points: np.percentile([5, 1], [50, 90, 99]) = [3, 4.6, 4.96] */
-	const double y[] = { 5.0, 1.0 };
+	const double y[] = {5.0, 1.0};
 	ck_assert_int_eq(bench_stat_compute(y, 2, &s), 0);
 	ck_assert_double_eq_tol(s.p50, 3.0, 1e-12);
 	ck_assert_double_eq_tol(s.p90, 4.6, 1e-12);
@@ -63,7 +63,7 @@ START_TEST(test_percentile_numpy)
 END_TEST
 
 static void ok_result(struct bench_result *r, double ttft, double e2e, int pt, int ot,
-		      const double *itl, int n_itl)
+                      const double *itl, int n_itl)
 {
 	memset(r, 0, sizeof *r);
 	r->err = BENCH_OK;
@@ -87,8 +87,8 @@ START_TEST(test_summary)
 	c.slo_ttft_ms = 150;
 	c.slo_tpot_ms = 30;
 	struct bench_result r[6];
-	const double itl_a[] = { 0.010, 0.020, 0.030 };
-	const double itl_b[] = { 0.040 };
+	const double itl_a[] = {0.010, 0.020, 0.030};
+	const double itl_b[] = {0.040};
 	/* TPOT = (e2e - ttft) / (out - 1) */
 	ok_result(&r[0], 0.100, 0.160, 10, 4, itl_a, 3); /* tpot 20 ms: good */
 	ok_result(&r[1], 0.200, 0.240, 12, 2, itl_b, 1); /* ttft 200 > 150: not good */
@@ -289,9 +289,9 @@ START_TEST(test_workload_jsonl)
 	int fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
 	const char *text = "{\"prompt\": \"hello there world\", \"output_len\": 3}\n"
-			   "\n"
-			   "{\"prompt\": \"one\"}\r\n"
-			   "{\"prompt\": \"a b\", \"output_len\": 9}";
+	                   "\n"
+	                   "{\"prompt\": \"one\"}\r\n"
+	                   "{\"prompt\": \"a b\", \"output_len\": 9}";
 	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	close(fd);
 	struct bench_config c;

@@ -35,6 +35,8 @@ const char *api_chat_family_name(enum api_chat_family f)
 		return "mistral";
 	case API_CHAT_GEMMA:
 		return "gemma";
+	case API_CHAT_GEMMA2:
+		return "gemma2";
 	}
 	return "unknown";
 }
@@ -53,7 +55,7 @@ static bool detect_from_text(const char *s, enum api_chat_family *f)
 	if (strstr(s, "<|start_header_id|>"))
 		*f = API_CHAT_LLAMA3;
 	else if (strstr(s, "<start_of_turn>"))
-		*f = API_CHAT_GEMMA;
+		*f = strstr(s, "first_user_prefix") ? API_CHAT_GEMMA : API_CHAT_GEMMA2;
 	else if (strstr(s, "<|im_start|>"))
 		*f = strstr(s, "</think>") ? API_CHAT_QWEN3 : API_CHAT_CHATML;
 	else if (strstr(s, "[INST]"))
@@ -65,8 +67,10 @@ static bool detect_from_text(const char *s, enum api_chat_family *f)
 
 static bool detect_from_arch(const char *a, enum api_chat_family *f)
 {
-	if (ci_contains(a, "gemma"))
+	if (ci_contains(a, "gemma3"))
 		*f = API_CHAT_GEMMA;
+	else if (ci_contains(a, "gemma"))
+		*f = API_CHAT_GEMMA2;
 	else if (ci_contains(a, "qwen3"))
 		*f = API_CHAT_QWEN3;
 	else if (ci_contains(a, "qwen"))
@@ -88,8 +92,13 @@ int api_chat_template_init(struct api_chat_template *t, const char *template_tex
 	memset(t, 0, sizeof *t);
 	enum api_chat_family f = API_CHAT_CHATML;
 	bool found = false;
-	if (template_text && *template_text)
+	if (template_text && *template_text) {
 		found = detect_from_text(template_text, &f);
+		/* Variants whose extra text we do not reproduce. */
+		t->is_approximate =
+			found && ((f == API_CHAT_LLAMA3 && strstr(template_text, "Cutting Knowledge Date")) ||
+				  (f == API_CHAT_CHATML && strstr(template_text, "You are")));
+	}
 	else if (arch && *arch)
 		found = detect_from_arch(arch, &f);
 	t->family = f;
@@ -97,12 +106,13 @@ int api_chat_template_init(struct api_chat_template *t, const char *template_tex
 	static const char *const def_bos[] = {
 		[API_CHAT_CHATML] = "", [API_CHAT_QWEN3] = "", [API_CHAT_LLAMA2] = "<s>",
 		[API_CHAT_LLAMA3] = "<|begin_of_text|>", [API_CHAT_MISTRAL] = "<s>",
-		[API_CHAT_GEMMA] = "<bos>",
+		[API_CHAT_GEMMA] = "<bos>", [API_CHAT_GEMMA2] = "<bos>",
 	};
 	static const char *const def_eos[] = {
 		[API_CHAT_CHATML] = "<|im_end|>", [API_CHAT_QWEN3] = "<|im_end|>",
 		[API_CHAT_LLAMA2] = "</s>", [API_CHAT_LLAMA3] = "<|eot_id|>",
 		[API_CHAT_MISTRAL] = "</s>", [API_CHAT_GEMMA] = "<eos>",
+		[API_CHAT_GEMMA2] = "<eos>",
 	};
 	bos = bos ? bos : def_bos[f];
 	eos = eos ? eos : def_eos[f];
@@ -478,6 +488,31 @@ static int render_gemma(struct ctx *c)
 	return 0;
 }
 
+/* Gemma 1/2: like Gemma 3 but a system message is an error, and the content
+ * is one string (parts joined) trimmed as a whole. */
+static int render_gemma2(struct ctx *c)
+{
+	if (c->m[0].role == API_ROLE_SYSTEM)
+		return reject(c->err, 0, "System role not supported");
+	for (int i = 0; i < c->n; i++)
+		if ((c->m[i].role == API_ROLE_USER) != (i % 2 == 0))
+			return reject(c->err, i, ALTERNATE);
+	TRY(buf_append_str(c->o, c->t->bos));
+	c->bos = c->t->bos[0] != 0;
+	for (int i = 0; i < c->n; i++) {
+		const struct api_chat_msg *m = &c->m[i];
+		struct span s;
+		TRY(content_of(m, c->tmp, &s));
+		const char *role = m->role == API_ROLE_ASSISTANT ? "model" : api_role_str(m->role);
+		TRY(buf_printf(c->o, "<start_of_turn>%s\n", role));
+		TRY(put(c->o, strip(s)));
+		TRY(buf_append_str(c->o, "<end_of_turn>\n"));
+	}
+	if (c->gen)
+		TRY(buf_append_str(c->o, "<start_of_turn>model\n"));
+	return 0;
+}
+
 int api_chat_render(const struct api_chat_template *t, const struct api_chat_msg *msgs,
 		    int n_msgs, bool add_generation_prompt, struct buf *out,
 		    bool *starts_with_bos, struct api_error *err)
@@ -507,6 +542,9 @@ int api_chat_render(const struct api_chat_template *t, const struct api_chat_msg
 		break;
 	case API_CHAT_GEMMA:
 		rc = render_gemma(&c);
+		break;
+	case API_CHAT_GEMMA2:
+		rc = render_gemma2(&c);
 		break;
 	default:
 		rc = render_chatml(&c);

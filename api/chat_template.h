@@ -6,12 +6,17 @@
  * renderer writes exactly what that family's reference template renders with
  * add_generation_prompt = true:
  *   llama3   "<|start_header_id|>"  Meta Llama 3 Instruct
- *   gemma    "<start_of_turn>"      Gemma 3 (system folded into the first user turn)
+ *   gemma    "<start_of_turn>" + "first_user_prefix"  Gemma 3 (system folded
+ *            into the first user turn)
+ *   gemma2   "<start_of_turn>" otherwise  Gemma 1/2 (a system message is rejected)
  *   qwen3    "<|im_start|>" + "<think>"  Qwen3 (ChatML; historic reasoning stripped)
  *   chatml   "<|im_start|>"         plain ChatML
  *   llama2   "[INST]" + "<<SYS>>"   Llama 2 chat
  *   mistral  "[INST]" otherwise     Mistral 7B Instruct v0.1 (no system role)
  * An unknown template falls back to ChatML and sets is_fallback (log it).
+ * A known family whose template text shows a variant we do not reproduce
+ * (Llama 3.1+'s "Cutting Knowledge Date" system header, a ChatML template
+ * with a built-in default system prompt) sets is_approximate (log it too).
  * Conversations the reference template rejects (roles not alternating,
  * unsupported roles) are rejected with a 400 naming the message.
  *
@@ -42,16 +47,18 @@ enum api_chat_family {
 	API_CHAT_LLAMA3,
 	API_CHAT_MISTRAL,
 	API_CHAT_GEMMA,
+	API_CHAT_GEMMA2,
 };
 
 struct api_chat_template {
 	enum api_chat_family family;
-	bool is_fallback; /* nothing recognised: ChatML was chosen */
+	bool is_fallback;    /* nothing recognised: ChatML was chosen */
+	bool is_approximate; /* a variant of the family we do not render exactly */
 	char bos[64];	  /* BOS / EOS token text the template emits */
 	char eos[64];
 };
 
-/* "chatml", "qwen3", "llama2", "llama3", "mistral", "gemma". */
+/* "chatml", "qwen3", "llama2", "llama3", "mistral", "gemma", "gemma2". */
 const char *api_chat_family_name(enum api_chat_family f);
 
 /* template_text: the model's chat template or a --chat-template file's text

@@ -9,7 +9,8 @@ text (or null when the template raises). test_chat_template_oracle.c renders
 the same cases with api/chat_template.c and compares byte for byte.
 
 Templates: the chat_template fields of the fixture tokenizers (llama3, qwen3,
-gemma3) plus Meta's Llama 2 chat template and Mistral 7B Instruct v0.1's.
+gemma3) plus Meta's Llama 2 chat template, Mistral 7B Instruct v0.1's and
+Gemma 2's.
 Content arrays are passed the way vLLM does: joined with "\n" for templates
 that treat content as a string, as a list of parts for gemma (which iterates).
 
@@ -42,6 +43,16 @@ MISTRAL = (
     "{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
     "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+)
+
+
+GEMMA2 = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
 )
 
 
@@ -99,6 +110,7 @@ def main():
         templates.append((name, cfg["chat_template"], cfg["bos_token"] or "", cfg["eos_token"] or ""))
     templates.append(("llama2", LLAMA2, "<s>", "</s>"))
     templates.append(("mistral", MISTRAL, "<s>", "</s>"))
+    templates.append(("gemma2", GEMMA2, "<bos>", "<eos>"))
     cases = []
     for name, tmpl, bos, eos in templates:
         compiled = env.from_string(tmpl)

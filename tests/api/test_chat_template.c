@@ -43,7 +43,11 @@ static const char MISTRAL_TMPL[] =
 	"' [/INST]' }}{% endfor %}";
 static const char LLAMA3_TMPL[] =
 	"{% for message in messages %}{{ '<|start_header_id|>' + message['role'] }}{% endfor %}";
-static const char GEMMA_TMPL[] = "{{ bos_token }}{{ '<start_of_turn>' + role + '\\n' }}";
+static const char GEMMA_TMPL[] =
+	"{{ bos_token }}{%- set first_user_prefix = '' -%}{{ '<start_of_turn>' + role + '\\n' }}";
+static const char GEMMA2_TMPL[] =
+	"{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
+	"not supported') }}{% endif %}{{ '<start_of_turn>' + role + '\\n' }}";
 static const char QWEN3_TMPL[] = "{{- '<|im_start|>' + message.role }}{{ '</think>' }}";
 static const char CHATML_TMPL[] = "{{'<|im_start|>' + message['role'] + '\\n'}}";
 
@@ -105,6 +109,9 @@ START_TEST(test_detect)
 		{MISTRAL_TMPL, NULL, API_CHAT_MISTRAL, false},
 		{LLAMA3_TMPL, "gemma", API_CHAT_LLAMA3, false}, /* text wins over arch */
 		{GEMMA_TMPL, NULL, API_CHAT_GEMMA, false},
+		{GEMMA2_TMPL, NULL, API_CHAT_GEMMA2, false},
+		{NULL, "gemma2", API_CHAT_GEMMA2, false},
+		{NULL, "GemmaForCausalLM", API_CHAT_GEMMA2, false},
 		{QWEN3_TMPL, NULL, API_CHAT_QWEN3, false},
 		{CHATML_TMPL, NULL, API_CHAT_CHATML, false},
 		{"{{ messages }}", NULL, API_CHAT_CHATML, true},
@@ -127,6 +134,20 @@ START_TEST(test_detect)
 	}
 	ck_assert_int_eq(api_chat_template_init(&t, NULL, "llama3", NULL, NULL), 0);
 	ck_assert_str_eq(t.bos, "<|begin_of_text|>");
+	ck_assert(!t.is_approximate);
+	/* variants we do not reproduce exactly are flagged */
+	ck_assert_int_eq(api_chat_template_init(&t, "<|start_header_id|>{{ \"Cutting Knowledge "
+						    "Date: December 2023\\n\" }}",
+						NULL, NULL, NULL),
+			 0);
+	ck_assert(t.family == API_CHAT_LLAMA3 && t.is_approximate);
+	ck_assert_int_eq(api_chat_template_init(&t, "{{ '<|im_start|>system\\nYou are a helpful "
+						    "assistant.<|im_end|>' }}",
+						NULL, NULL, NULL),
+			 0);
+	ck_assert(t.family == API_CHAT_CHATML && t.is_approximate);
+	ck_assert_int_eq(api_chat_template_init(&t, LLAMA3_TMPL, NULL, NULL, NULL), 0);
+	ck_assert(!t.is_approximate);
 	ck_assert_int_eq(api_chat_template_init(&t, NULL, "gemma", "<B>", "<E>"), 0);
 	ck_assert_str_eq(t.bos, "<B>");
 	ck_assert_str_eq(t.eos, "<E>");
@@ -208,6 +229,23 @@ START_TEST(test_gemma)
 	render_reject(GEMMA_TMPL, NULL,
 		      "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"system\",\"content\":\"t\"}]",
 		      "messages[1].role");
+}
+END_TEST
+
+START_TEST(test_gemma2)
+{
+	render_expect(GEMMA2_TMPL, NULL, MULTI_NOSYS,
+		      "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+		      "Hello! How can I help?<end_of_turn>\n<start_of_turn>user\nTell me a joke."
+		      "<end_of_turn>\n<start_of_turn>model\n",
+		      true);
+	/* string-content template: parts joined with "\n", trimmed as a whole */
+	render_expect(NULL, "gemma2", PARTS,
+		      "<bos><start_of_turn>user\nPart one.\n Part two.<end_of_turn>\n"
+		      "<start_of_turn>model\n",
+		      true);
+	render_reject(GEMMA2_TMPL, NULL, SYS_USER, "messages[0].role");
+	render_reject(GEMMA2_TMPL, NULL, TWO_USERS, "messages[1].role");
 }
 END_TEST
 
@@ -321,6 +359,7 @@ int main(void)
 	tcase_add_test(tc, test_detect);
 	tcase_add_test(tc, test_llama3);
 	tcase_add_test(tc, test_gemma);
+	tcase_add_test(tc, test_gemma2);
 	tcase_add_test(tc, test_qwen3_chatml);
 	tcase_add_test(tc, test_llama2);
 	tcase_add_test(tc, test_mistral);

@@ -1,8 +1,8 @@
 /* tests/api/test_chat_template_oracle.c — api/chat_template against Jinja2.
  * tests/api/chat_template_cases.json holds, per (template, conversation), what
  * the real template renders under Jinja2 the way transformers runs it (made by
- * chat_template_oracle.py from the fixture templates plus Llama 2 and Mistral
- * v0.1); null = the template raises. Each case goes through api_parse_chat,
+ * chat_template_oracle.py from the fixture templates plus Llama 2, Mistral
+ * v0.1 and Gemma 2); null = the template raises. Each case goes through api_parse_chat,
  * family detection on the real template text and api_chat_render, and must
  * match byte for byte (or be rejected with a 400). */
 #include <check.h>

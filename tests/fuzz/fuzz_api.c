@@ -30,7 +30,8 @@ static void must_be_json(const struct buf *b)
 
 static void render_chat(const struct api_chat_req *r)
 {
-	static const char *const arch[] = {"llama", "llama3", "mistral", "gemma3", "qwen3", "gpt2"};
+	static const char *const arch[] = {"llama", "llama3", "mistral", "gemma3", "gemma2",
+					   "qwen3", "gpt2"};
 	for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++) {
 		struct api_chat_template t;
 		if (api_chat_template_init(&t, NULL, arch[i], NULL, NULL))

@@ -416,42 +416,8 @@ static void sanitize(float *logits, int vocab)
 	}
 }
 
-/* Scale by inv_t (sanitized) and return the max and its lowest index. One
- * pass in the common all-finite case. */
-static float scale_and_argmax(float *logits, int vocab, float inv_t, int32_t *arg)
-{
-	float mx = -INFINITY;
-	int32_t best = 0;
-	int bad = 0;
-	for (int i = 0; i < vocab; i++) {
-		float x = logits[i] * inv_t;
-		logits[i] = x;
-		bad |= (x != x) | (x > FLT_MAX);
-		if (x > mx) {
-			mx = x;
-			best = i;
-		}
-	}
-	if (bad) {
-		sanitize(logits, vocab);
-		mx = -INFINITY;
-		best = 0;
-		for (int i = 0; i < vocab; i++)
-			if (logits[i] > mx) {
-				mx = logits[i];
-				best = i;
-			}
-	}
-	*arg = best;
-	return mx;
-}
-
-/* exp(x) for x <= 0 with relative error below 3e-7, exactly 0 below -87 (so
- * a -inf logit has weight 0): x = k ln2 + r with |r| <= ln2/2, exp(r) by its
- * degree-6 Taylor polynomial (remainder |r|^7/7! < 1.3e-7), 2^k assembled in
- * the exponent bits. Written on GCC/Clang vector types, 4 lanes, because at
- * -O2 a libm call per token neither inlines nor vectorizes and the exp pass
- * is the largest cost of sampling a 150k vocabulary. */
+/* 4-lane GCC/Clang vector types for the passes over the whole vocabulary: at
+ * -O2 the compiler does not vectorize these loops by itself. */
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
 
@@ -460,6 +426,53 @@ static inline v4f v4f_splat(float x)
 	return (v4f){ x, x, x, x };
 }
 
+/* Scale by inv_t (sanitized) and return the max and its lowest index. One
+ * vector pass plus a short scan for the index in the common all-finite case. */
+static float scale_and_argmax(float *logits, int vocab, float inv_t, int32_t *arg)
+{
+	v4f vinv = v4f_splat(inv_t), vmx = v4f_splat(-INFINITY), vbig = v4f_splat(FLT_MAX);
+	v4i vbad = { 0, 0, 0, 0 };
+	int i = 0;
+	for (; i + 4 <= vocab; i += 4) {
+		v4f x;
+		memcpy(&x, logits + i, sizeof(x));
+		x *= vinv;
+		memcpy(logits + i, &x, sizeof(x));
+		vbad |= (x != x) | (x > vbig);
+		v4i gt = x > vmx;
+		vmx = (v4f)(((v4i)x & gt) | ((v4i)vmx & ~gt));
+	}
+	float mx = -INFINITY;
+	int bad = 0;
+	for (int k = 0; k < 4; k++) {
+		mx = vmx[k] > mx ? vmx[k] : mx;
+		bad |= vbad[k];
+	}
+	for (; i < vocab; i++) {
+		float x = logits[i] * inv_t;
+		logits[i] = x;
+		bad |= (x != x) | (x > FLT_MAX);
+		mx = x > mx ? x : mx;
+	}
+	if (bad) {
+		sanitize(logits, vocab);
+		mx = -INFINITY;
+		for (i = 0; i < vocab; i++)
+			mx = logits[i] > mx ? logits[i] : mx;
+	}
+	int32_t best = 0;
+	while (best < vocab - 1 && logits[best] != mx)
+		best++;
+	*arg = best;
+	return mx;
+}
+
+/* exp(x) for x <= 0 with relative error below 3e-7, exactly 0 below -87 (so
+ * a -inf logit has weight 0): x = k ln2 + r with |r| <= ln2/2, exp(r) by its
+ * degree-6 Taylor polynomial (remainder |r|^7/7! < 1.3e-7), 2^k assembled in
+ * the exponent bits. Vectorized by hand because a libm call per token neither
+ * inlines nor vectorizes and the exp pass is the largest cost of sampling a
+ * 150k vocabulary. */
 static inline v4f exp_nonpos4(v4f x)
 {
 	v4i small = x < v4f_splat(-87.0f); /* -1 where the result is 0 */

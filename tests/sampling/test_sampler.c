@@ -433,6 +433,17 @@ START_TEST(test_greedy_and_edge_cases)
 	ck_assert_int_eq(sampler_sample(&p, &s, &sc, l, 8, &r), 0);
 	ck_assert_int_eq(r.token, 1); /* ties: lowest id */
 	ck_assert(isinf(l[4]) && l[4] < 0); /* NaN treated as -inf */
+	/* all finite (the vector path), ties spread over lanes and the tail */
+	float t2[11] = { 0, 5, 1, 5, 2, 5, 0, 0, 5, 1, 5 };
+	ck_assert_int_eq(sampler_sample(&p, &s, &sc, t2, 8, &r), 0);
+	ck_assert_int_eq(r.token, 1);
+	float t3[7] = { 0, 1, 2, 3, 4, 5, 9 }; /* max in the scalar tail */
+	ck_assert_int_eq(sampler_sample(&p, &s, &sc, t3, 7, &r), 0);
+	ck_assert_int_eq(r.token, 6);
+	float t4[6] = { 0, 1, 2, 3, 4, INFINITY }; /* +inf is the max, kept finite */
+	ck_assert_int_eq(sampler_sample(&p, &s, &sc, t4, 6, &r), 0);
+	ck_assert_int_eq(r.token, 5);
+	ck_assert(!isinf(t4[5]));
 	float dead[3] = { -INFINITY, NAN, -INFINITY };
 	ck_assert_int_eq(sampler_sample(&p, &s, &sc, dead, 3, &r), ERR_RANGE);
 	ck_assert_int_eq(sampler_sample(&p, &s, &sc, l, 9, &r), ERR_INVAL); /* > scratch */

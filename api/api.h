@@ -205,9 +205,10 @@ int api_parse_detokenize(const char *body, size_t len, const struct api_limits *
 			 struct api_detokenize_req *out, struct api_error *err);
 void api_detokenize_req_free(struct api_detokenize_req *r);
 
-/* Prompt + max_tokens against the context. has_max_tokens false: *out =
- * max_model_len - n_prompt (capped at lim->max_tokens). Errors are 400 with
- * the numbers in the message (param "max_tokens" or "messages"/"prompt"). */
+/* Prompt + max_tokens against the context, after tokenizing. has_max_tokens
+ * false: *out = max_model_len - n_prompt (capped at lim->max_tokens). Errors
+ * are 400 with the numbers in the message (param "max_tokens", or
+ * "messages"/"prompt" when the prompt alone fills the context or is empty). */
 int api_resolve_max_tokens(bool has_max_tokens, int32_t max_tokens, size_t n_prompt,
 			   int32_t max_model_len, const struct api_limits *lim, bool is_chat,
 			   int32_t *out, struct api_error *err);

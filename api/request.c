@@ -762,6 +762,9 @@ int api_resolve_max_tokens(bool has_max_tokens, int32_t max_tokens, size_t n_pro
 	struct api__jp p = {.lim = lim, .err = err};
 	const char *what = is_chat ? "messages" : "prompt";
 	size_t ctx = max_model_len > 0 ? (size_t)max_model_len : 0;
+	if (n_prompt == 0)
+		return api__bad(&p, what, "The %s is empty after tokenization; send at least one token.",
+				what);
 	if (has_max_tokens) {
 		size_t total;
 		if (max_tokens < 0 || ck_add(n_prompt, (size_t)max_tokens, &total) || total > ctx)

@@ -477,6 +477,10 @@ START_TEST(test_resolve_max_tokens)
 	ck_assert_int_lt(rc, 0);
 	ck_assert_str_eq(e.param, "prompt");
 	ck_assert_msg(strstr(e.message, "your prompt is 1024 tokens"), "%s", e.message);
+	rc = api_resolve_max_tokens(true, 5, 0, 1024, &lim, true, &out, &e);
+	ck_assert_int_eq(api_status_for_err(rc), 400);
+	ck_assert_str_eq(e.param, "messages");
+	ck_assert_ptr_nonnull(strstr(e.message, "empty"));
 }
 END_TEST
 

@@ -529,33 +529,35 @@ static double exp_pass(float *prob, const float *l, int vocab, float mx, double 
 static int32_t draw_all(const float *prob, int vocab, const double *block_mass, double target)
 {
 	double cum = 0.0;
-	int32_t last = -1;
+	int last_blk = -1;
 	for (int b0 = 0, blk = 0; b0 < vocab; b0 += SAMPLER__BLOCK, blk++) {
 		double bs = block_mass[blk];
 		if (bs <= 0.0)
 			continue;
-		int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
+		last_blk = blk;
 		if (cum + bs > target) {
+			int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
 			double c = cum;
 			for (int i = b0; i < end; i++) {
 				if (prob[i] <= 0.0f)
 					continue;
 				c += (double)prob[i];
-				last = i;
 				if (c > target)
 					return i;
 			}
 			/* the block's rounded sum overshot its exact walk: go on */
-		} else {
-			for (int i = end - 1; i >= b0; i--)
-				if (prob[i] > 0.0f) {
-					last = i;
-					break;
-				}
 		}
 		cum += bs;
 	}
-	return last;
+	/* target rounded up to the total: the last token with weight */
+	if (last_blk < 0)
+		return -1;
+	int b0 = last_blk * SAMPLER__BLOCK;
+	int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
+	for (int i = end - 1; i >= b0; i--)
+		if (prob[i] > 0.0f)
+			return i;
+	return -1;
 }
 
 static void fill_logprobs(const struct sampling_params *p, const float *logits, int vocab,

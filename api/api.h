@@ -23,6 +23,12 @@
  *    array sizes are bounded by struct api_limits;
  *  - logprobs (completions) and top_logprobs (chat) are capped at 20 (vLLM's
  *    cap; OpenAI allows only 5 for completions).
+ *
+ * Typical use (POST /v1/chat/completions): api_parse_chat -> on error
+ * api_render_error with err.status; api_chat_render (api/chat_template.h)
+ * -> tokenize, adding BOS only if !starts_with_bos -> api_resolve_max_tokens
+ * -> submit; then api_stream_init/_delta/_finish/_end (stream) or
+ * api_render_chat_completion. Metrics text: api/metrics_text.h.
  * Tests: tests/api/test_api_parse.c, tests/api/test_api_render.c.
  */
 #ifndef AORTA_API_API_H

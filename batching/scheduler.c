@@ -27,6 +27,7 @@ struct sched {
 	struct kv_pool *pool;
 	struct sched_opts o;
 	int block_size;
+	int n_blocks; /* pool size, fixed: sched_validate reads no mutable state */
 	int max_blocks_per_seq;
 	/* Running, sorted by admit_seq (oldest first). */
 	struct seq **running;
@@ -128,6 +129,9 @@ int sched_create(struct kv_pool *pool, const struct sched_opts *o, struct sched 
 	s->pool = pool;
 	s->o = *o;
 	s->block_size = kv_block_size(pool);
+	struct kv_stats ks;
+	kv_get_stats(pool, &ks);
+	s->n_blocks = ks.n_blocks;
 	s->max_blocks_per_seq = (o->max_model_len + s->block_size - 1) / s->block_size;
 	int ns = o->max_num_seqs, nt = o->max_num_batched_tokens;
 	size_t bt;
@@ -204,12 +208,10 @@ int sched_validate(const struct sched *s, int n_prompt, int max_tokens, int n, s
 				"%d prompt tokens + %d max_tokens = %lld",
 				s->o.max_model_len, n_prompt, max_tokens, (long long)total);
 	int64_t blocks = (total + s->block_size - 1) / s->block_size;
-	struct kv_stats ks;
-	kv_get_stats(s->pool, &ks);
-	if (blocks > ks.n_blocks)
+	if (blocks > s->n_blocks)
 		return diag_set(d, ERR_TOO_LARGE,
 				"the request needs %lld KV blocks of %d tokens; the pool has %d",
-				(long long)blocks, s->block_size, ks.n_blocks);
+				(long long)blocks, s->block_size, s->n_blocks);
 	if (n < 1 || n > s->o.max_num_seqs)
 		return diag_set(d, ERR_RANGE, "n must be between 1 and %d (max-num-seqs), got %d",
 				s->o.max_num_seqs, n);
@@ -344,8 +346,10 @@ static void admit_waiting(struct sched *s)
 		(void)rc;
 		w->status = SEQ_RUNNING;
 		w->admit_seq = ++s->next_admit;
-		if (!w->t_first_scheduled)
+		if (!w->t_first_scheduled) {
 			w->t_first_scheduled = clock_now_ns();
+			w->n_cached_tokens = cached;
+		}
 		s->running[s->n_running++] = w;
 		add_entry(s, w, n_new, NULL, 0);
 	}
@@ -432,6 +436,15 @@ void sched_commit(struct sched *s)
 	}
 	s->tokens_computed += (uint64_t)st->n_tokens;
 	s->steps++;
+	s->in_step = false;
+}
+
+void sched_cancel_step(struct sched *s)
+{
+	if (!s->in_step)
+		return;
+	for (int i = 0; i < s->step.n_seqs; i++)
+		s->step.seqs[i]->step_slot = -1;
 	s->in_step = false;
 }
 

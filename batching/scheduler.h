@@ -97,7 +97,8 @@ void sched_destroy(struct sched *s);
 
 /* Whether a request could ever run: ERR_TOO_LARGE (prompt + max_tokens over
  * max_model_len, or more blocks than the pool has) or ERR_RANGE (n over
- * max_num_seqs), with the numbers in d. */
+ * max_num_seqs), with the numbers in d. Reads only settings fixed at create,
+ * so any thread may call it while the engine thread runs. */
 int sched_validate(const struct sched *s, int n_prompt, int max_tokens, int n, struct diag *d);
 
 /* Queue seq (made by seq_create; set n_fork_pending = n - 1 first) at the
@@ -109,6 +110,10 @@ int sched_schedule(struct sched *s, const struct sched_step **out);
 /* The engine ran the step: advance each sequence's computed tokens and
  * register its newly full blocks in the prefix cache. */
 void sched_commit(struct sched *s);
+/* The engine failed the step: nothing was computed. The step's sequences
+ * keep the blocks they were given (and stay unregistered); the caller
+ * normally finishes them with SEQ_FINISH_ERROR. */
+void sched_cancel_step(struct sched *s);
 /* Fork parent (whose prompt is now computed, n_fork_pending > 0) into
  * n_fork_pending new running sequences sharing its blocks; children[] gets
  * them (caller sets index/owner). */

@@ -41,6 +41,7 @@ struct seq {
 	void *owner;	    /* caller's request; borrowed */
 	uint64_t admit_seq; /* admission order: the largest running one is preempted first */
 	int n_preemptions;
+	int n_cached_tokens; /* prompt tokens the prefix cache supplied at first admission */
 	/* Timestamps, clock_now_ns(); 0 = not yet. */
 	uint64_t t_arrival, t_first_scheduled, t_first_token, t_finish;
 	/* Scheduler bookkeeping. */

@@ -3,9 +3,11 @@
  * Owns: the per-request sampling parameters and their validation, the
  * per-sequence sampler state (random stream, counts of generated tokens for
  * the penalties, the prompt's token set for the repetition penalty), and the
- * sampler chain. Threads: a sampler_state and a sampler_scratch belong to the
- * engine thread; sampling_params are immutable once validated and may be read
- * from any thread. Pointers inside sampling_params are borrowed: the request
+ * sampler chain. Threads: a sampler_state and a sampler_scratch each have one
+ * user at a time (normally the engine thread); there is no shared state, so
+ * a large batch may be sampled on several threads with one scratch per
+ * thread, and each sequence still gets the same tokens. sampling_params are
+ * immutable once validated and may be read from any thread. Pointers inside sampling_params are borrowed: the request
  * that owns them must outlive every sampler_state built from them.
  *
  * The chain, in order (vLLM v1's order; HF applies the same operations):

@@ -560,12 +560,18 @@ static int32_t draw_all(const float *prob, int vocab, const double *block_mass, 
 	return -1;
 }
 
+/* JSON has no -inf: report at least SAMPLER_LOGPROB_MIN, as vLLM does. */
+static float lp_clamp(double lp)
+{
+	return lp > (double)SAMPLER_LOGPROB_MIN ? (float)lp : SAMPLER_LOGPROB_MIN;
+}
+
 static void fill_logprobs(const struct sampling_params *p, const float *logits, int vocab,
 			  double logz, struct sample_result *out)
 {
 	int32_t tok = out->token;
 	float lt = logits[tok];
-	out->logprob = (float)((double)lt - logz);
+	out->logprob = lp_clamp((double)lt - logz);
 	int rank = 1;
 	int n = p->logprobs;
 	int have = 0;
@@ -588,7 +594,7 @@ static void fill_logprobs(const struct sampling_params *p, const float *logits, 
 	out->n_top = have;
 	for (int i = 0; i < have; i++) {
 		out->top[i].token = top[i];
-		out->top[i].logprob = (float)((double)logits[top[i]] - logz);
+		out->top[i].logprob = lp_clamp((double)logits[top[i]] - logz);
 	}
 }
 

@@ -34,8 +34,10 @@
  * processed logits. This is what vLLM's V0 sampler reported and what vLLM v1
  * calls logprobs_mode=processed_logprobs (v1's default, raw_logprobs, uses the
  * model's logits before any processing). For greedy requests temperature is not
- * applied, i.e. logprobs are of the processed logits at temperature 1. A
- * token masked to -inf has logprob -inf.
+ * applied, i.e. logprobs are of the processed logits at temperature 1.
+ * Reported values are clamped to >= SAMPLER_LOGPROB_MIN (-9999, vLLM's
+ * convention), so a token masked to -inf reports -9999, never -inf (JSON has
+ * no -inf).
  *
  * Tested in tests/sampling/test_sampler.c.
  */
@@ -52,6 +54,7 @@
 #define SAMPLER_MAX_EOS 8	  /* same as MODEL_MAX_EOS */
 #define SAMPLER_GREEDY_EPS 1e-5f  /* vLLM's _SAMPLING_EPS */
 #define SAMPLER_LOGIT_BIAS_MAX 100.0f
+#define SAMPLER_LOGPROB_MIN -9999.0f /* reported logprobs are >= this */
 /* Stop strings: OpenAI allows 4, vLLM any number. The matcher's cost per
  * delta grows with count * length^2 in the worst case, so both are bounded. */
 #define SAMPLER_MAX_STOP 32

@@ -660,6 +660,25 @@ START_TEST(test_logprobs_full_small_vocab)
 		ck_assert(found);
 		ck_assert_double_eq_tol(total, 1.0, 1e-5);
 	}
+	/* a masked token reports the clamped -9999, not -inf */
+	{
+		struct sampling_params q;
+		sampling_params_init(&q);
+		q.temperature = 0;
+		q.logprobs = 3;
+		q.min_tokens = 1;
+		int32_t eos = 0;
+		struct sampler_state s2;
+		ck_assert_int_eq(sampler_state_init(&s2, &q, 0, 0, NULL, 0, &eos, 1), 0);
+		float m3[3] = { 5.0f, 1.0f, 0.0f };
+		struct sample_result r2;
+		ck_assert_int_eq(sampler_sample(&q, &s2, &sc, m3, 3, &r2), 0);
+		ck_assert_int_eq(r2.token, 1);
+		ck_assert_int_eq(r2.n_top, 3);
+		ck_assert_int_eq(r2.top[2].token, 0);
+		ck_assert_float_eq(r2.top[2].logprob, SAMPLER_LOGPROB_MIN);
+		sampler_state_deinit(&s2);
+	}
 	/* logprobs = 0: only the chosen token */
 	p.logprobs = 0;
 	float l[10];

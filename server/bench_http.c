@@ -53,6 +53,7 @@ static int parse_status_line(struct bench_resp_parser *p, const char *s)
 	if (st < 100 || st > 599)
 		return ERR_FORMAT;
 	p->status = st;
+	p->http10 = s[7] == '0';
 	return 0;
 }
 
@@ -99,6 +100,9 @@ static int parse_header(struct bench_resp_parser *p, char *s)
 			p->chunked = true;
 		else if (strcasecmp(v, "identity"))
 			return ERR_FORMAT;
+	} else if (!strcasecmp(s, "connection")) {
+		if (strcasestr(v, "close"))
+			p->conn_close = true;
 	} else if (!strcasecmp(s, "content-type")) {
 		p->is_sse = strncasecmp(v, "text/event-stream", 17) == 0;
 	}
@@ -220,6 +224,7 @@ int bench_resp_feed(struct bench_resp_parser *p, const char *data, size_t n, boo
 			p->state = p->state == RS_BODY_LEN ? RS_DONE : RS_CHUNK_CRLF;
 	}
 	*done = p->state == RS_DONE;
+	p->extra = n - i;
 	return 0;
 }
 
@@ -323,21 +328,54 @@ int bench_sse_feed(struct bench_sse *s, const char *p, size_t n)
 
 /* ---- connections ---- */
 
+enum { CS_CONNECTING, CS_BUSY, CS_IDLE, CS_CLOSED };
+
 struct bench_conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer;
 	uv_connect_t connect;
 	uv_write_t write;
-	uv_buf_t wbuf;
+	struct bench_pool *pool;
+	struct bench_conn *prev, *next; /* idle list */
+	int state;
+	int n_open;   /* handles not yet closed */
+	bool reading; /* uv_read_start done (stays on while idle, to see a close) */
+	bool writing; /* a uv_write is in flight: the uv_write_t is not free */
+	bool reused;  /* the current request is not this connection's first */
+	bool retried; /* the current request already moved once */
+	/* the current request */
 	char *req;
+	size_t req_len;
+	uint64_t timeout_ms;
+	size_t max_bytes, n_read;
 	struct bench_resp_parser parser;
 	struct bench_conn_cbs cbs;
 	void *ud;
-	size_t max_bytes, n_read;
-	bool finished;
-	int n_open; /* handles not yet closed */
 	char rbuf[16384];
 };
+
+static void idle_push(struct bench_pool *p, struct bench_conn *c)
+{
+	c->state = CS_IDLE;
+	c->prev = NULL;
+	c->next = p->idle;
+	if (p->idle)
+		p->idle->prev = c;
+	p->idle = c;
+	p->n_idle++;
+}
+
+static void idle_remove(struct bench_pool *p, struct bench_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		p->idle = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+	p->n_idle--;
+}
 
 static void conn_on_close(uv_handle_t *h)
 {
@@ -348,19 +386,37 @@ static void conn_on_close(uv_handle_t *h)
 	}
 }
 
-static void conn_finish(struct bench_conn *c, int kind)
+/* Close without a callback to the request's owner. c stays valid until the
+ * loop runs the close callbacks. */
+static void conn_close(struct bench_conn *c)
 {
-	if (c->finished)
+	if (c->state == CS_CLOSED)
 		return;
-	c->finished = true;
-	uv_timer_stop(&c->timer);
-	if (uv_is_active((uv_handle_t *)&c->tcp))
-		uv_read_stop((uv_stream_t *)&c->tcp);
-	c->cbs.on_done(c->ud, kind, c->parser.status);
-	/* Closing the TCP handle cancels a pending connect/write; their callbacks
-	 * then see UV_ECANCELED and find c->finished set. */
+	if (c->state == CS_IDLE)
+		idle_remove(c->pool, c);
+	c->state = CS_CLOSED;
 	uv_close((uv_handle_t *)&c->tcp, conn_on_close);
 	uv_close((uv_handle_t *)&c->timer, conn_on_close);
+}
+
+/* The current request is over: settle the connection (idle or closed), then
+ * tell the owner, who may at once send a new request on this connection. */
+static void conn_end_request(struct bench_conn *c, int kind, bool can_reuse)
+{
+	if (c->state != CS_BUSY && c->state != CS_CONNECTING)
+		return;
+	uv_timer_stop(&c->timer);
+	struct bench_conn_cbs cbs = c->cbs;
+	void *ud = c->ud;
+	int status = c->parser.status;
+	bool reused = c->reused;
+	const struct bench_resp_parser *p = &c->parser;
+	if (can_reuse && c->pool->keep_alive && !c->writing && !p->http10 && !p->conn_close &&
+	    p->extra == 0)
+		idle_push(c->pool, c);
+	else
+		conn_close(c);
+	cbs.on_done(ud, kind, status, reused);
 }
 
 static int conn_body(void *ud, const char *p, size_t n)
@@ -371,7 +427,7 @@ static int conn_body(void *ud, const char *p, size_t n)
 
 static void conn_on_timeout(uv_timer_t *t)
 {
-	conn_finish(t->data, BENCH_E_TIMEOUT);
+	conn_end_request(t->data, BENCH_E_TIMEOUT, false);
 }
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
@@ -391,98 +447,202 @@ static int kind_of(int rc)
 	return BENCH_E_MALFORMED;
 }
 
+static int conn_open(struct bench_pool *p, struct bench_conn **out);
+static int conn_setup(struct bench_conn *c, const char *req, size_t len, uint64_t timeout_ms,
+                      size_t max_bytes, const struct bench_conn_cbs *cbs, void *ud);
+static int conn_connect(struct bench_conn *c);
+
+/* A reused connection died before any response byte: the server closed it as
+ * we wrote. Move the request to a new connection, once. */
+static bool conn_retry(struct bench_conn *c)
+{
+	if (!c->reused || c->n_read || c->retried)
+		return false;
+	struct bench_conn *n;
+	if (conn_open(c->pool, &n))
+		return false;
+	if (conn_setup(n, c->req, c->req_len, c->timeout_ms, c->max_bytes, &c->cbs, c->ud) ||
+	    conn_connect(n)) {
+		conn_close(n);
+		return false;
+	}
+	n->retried = true;
+	uv_timer_stop(&c->timer);
+	conn_close(c);
+	return true;
+}
+
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
 {
 	struct bench_conn *c = s->data;
-	if (c->finished)
+	if (c->state == CS_IDLE) {
+		if (nread != 0)
+			conn_close(c); /* closed by the server, or bytes nobody asked for */
+		return;
+	}
+	if (c->state != CS_BUSY)
 		return;
 	if (nread < 0) {
 		bool done = false;
 		if (nread == UV_EOF && bench_resp_eof(&c->parser, &done) == 0 && done)
-			conn_finish(c, BENCH_OK);
-		else
-			conn_finish(c, BENCH_E_RESET);
+			conn_end_request(c, BENCH_OK, false);
+		else if (!conn_retry(c))
+			conn_end_request(c, BENCH_E_RESET, false);
 		return;
 	}
 	if (nread == 0)
 		return;
 	c->n_read += (size_t)nread;
 	if (c->n_read > c->max_bytes) {
-		conn_finish(c, BENCH_E_TOO_LARGE);
+		conn_end_request(c, BENCH_E_TOO_LARGE, false);
 		return;
 	}
 	bool done = false;
 	int rc = bench_resp_feed(&c->parser, b->base, (size_t)nread, &done);
 	if (rc)
-		conn_finish(c, kind_of(rc));
+		conn_end_request(c, kind_of(rc), false);
 	else if (done)
-		conn_finish(c, BENCH_OK);
+		conn_end_request(c, BENCH_OK, true);
 }
 
 static void conn_on_write(uv_write_t *w, int status)
 {
 	struct bench_conn *c = w->data;
-	if (c->finished)
+	c->writing = false;
+	if (c->state != CS_BUSY || status >= 0)
 		return;
-	if (status < 0)
-		conn_finish(c, BENCH_E_RESET);
+	if (!conn_retry(c))
+		conn_end_request(c, BENCH_E_RESET, false);
+}
+
+/* Write the current request; start reading if not yet. */
+static int conn_send(struct bench_conn *c)
+{
+	c->state = CS_BUSY;
+	c->write.data = c;
+	uv_buf_t b = uv_buf_init(c->req, (unsigned int)c->req_len);
+	int rc = uv_write(&c->write, (uv_stream_t *)&c->tcp, &b, 1, conn_on_write);
+	if (rc)
+		return rc;
+	c->writing = true;
+	if (!c->reading) {
+		rc = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+		c->reading = rc == 0;
+	}
+	return rc;
 }
 
 static void conn_on_connect(uv_connect_t *req, int status)
 {
 	struct bench_conn *c = req->data;
-	if (c->finished)
-		return;
+	if (c->state != CS_CONNECTING)
+		return; /* closed meanwhile (timeout): status is UV_ECANCELED */
 	if (status < 0) {
-		conn_finish(c, BENCH_E_CONNECT);
+		conn_end_request(c, BENCH_E_CONNECT, false);
 		return;
 	}
 	uv_tcp_nodelay(&c->tcp, 1);
-	c->write.data = c;
-	int rc = uv_write(&c->write, (uv_stream_t *)&c->tcp, &c->wbuf, 1, conn_on_write);
-	if (!rc)
-		rc = uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
-	if (rc)
-		conn_finish(c, BENCH_E_RESET);
+	if (conn_send(c))
+		conn_end_request(c, BENCH_E_RESET, false);
 }
 
-int bench_conn_start(uv_loop_t *loop, const struct sockaddr *addr, const char *req, size_t len,
-                     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
-                     void *ud)
+static int conn_open(struct bench_pool *p, struct bench_conn **out)
 {
 	struct bench_conn *c = calloc(1, sizeof *c);
 	if (!c)
 		return ERR_NOMEM;
-	c->req = malloc(len ? len : 1);
-	if (!c->req) {
+	if (uv_tcp_init(p->loop, &c->tcp)) {
 		free(c);
-		return ERR_NOMEM;
+		return ERR_IO;
 	}
-	memcpy(c->req, req, len);
-	c->wbuf = uv_buf_init(c->req, (unsigned int)len);
+	uv_timer_init(p->loop, &c->timer); /* cannot fail on a live loop */
+	c->tcp.data = c->timer.data = c->connect.data = c;
+	c->n_open = 2;
+	c->pool = p;
+	c->state = CS_CONNECTING;
+	*out = c;
+	return 0;
+}
+
+static int conn_setup(struct bench_conn *c, const char *req, size_t len, uint64_t timeout_ms,
+                      size_t max_bytes, const struct bench_conn_cbs *cbs, void *ud)
+{
+	char *copy = malloc(len ? len : 1);
+	if (!copy)
+		return ERR_NOMEM;
+	memcpy(copy, req, len);
+	free(c->req); /* the previous request's write has completed (see conn_end_request) */
+	c->req = copy;
+	c->req_len = len;
+	c->timeout_ms = timeout_ms;
+	c->max_bytes = max_bytes;
+	c->n_read = 0;
 	c->cbs = *cbs;
 	c->ud = ud;
-	c->max_bytes = max_bytes;
+	c->retried = false;
 	bench_resp_init(&c->parser, conn_body, c);
-	if (uv_tcp_init(loop, &c->tcp)) {
-		free(c->req);
-		free(c);
-		return ERR_IO;
-	}
-	c->tcp.data = c;
-	c->n_open = 2;
-	uv_timer_init(loop, &c->timer); /* cannot fail on a live loop */
-	c->timer.data = c;
-	c->connect.data = c;
-	int rc = uv_tcp_connect(&c->connect, &c->tcp, addr, conn_on_connect);
-	if (rc) {
-		/* The callback will never be called: close quietly, report nothing. */
-		c->finished = true;
-		uv_close((uv_handle_t *)&c->tcp, conn_on_close);
-		uv_close((uv_handle_t *)&c->timer, conn_on_close);
-		return ERR_IO;
-	}
 	if (timeout_ms)
 		uv_timer_start(&c->timer, conn_on_timeout, timeout_ms, 0);
 	return 0;
+}
+
+static int conn_connect(struct bench_conn *c)
+{
+	c->state = CS_CONNECTING;
+	c->reused = false;
+	if (uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&c->pool->addr,
+	                   conn_on_connect))
+		return ERR_IO;
+	c->pool->n_connects++;
+	return 0;
+}
+
+void bench_pool_init(struct bench_pool *p, uv_loop_t *loop, const struct sockaddr *addr,
+                     bool keep_alive)
+{
+	memset(p, 0, sizeof *p);
+	p->loop = loop;
+	memcpy(&p->addr, addr,
+	       addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+	                                   : sizeof(struct sockaddr_in));
+	p->keep_alive = keep_alive;
+}
+
+int bench_pool_request(struct bench_pool *p, const char *req, size_t len, uint64_t timeout_ms,
+                       size_t max_bytes, const struct bench_conn_cbs *cbs, void *ud)
+{
+	while (p->idle) {
+		struct bench_conn *c = p->idle;
+		idle_remove(p, c);
+		c->state = CS_BUSY;
+		int rc = conn_setup(c, req, len, timeout_ms, max_bytes, cbs, ud);
+		if (rc == ERR_NOMEM) {
+			idle_push(p, c);
+			return rc;
+		}
+		c->reused = true;
+		if (conn_send(c) == 0)
+			return 0;
+		uv_timer_stop(&c->timer);
+		conn_close(c); /* broken while idle: try the next one */
+	}
+	struct bench_conn *c;
+	int rc = conn_open(p, &c);
+	if (rc)
+		return rc;
+	rc = conn_setup(c, req, len, timeout_ms, max_bytes, cbs, ud);
+	if (!rc)
+		rc = conn_connect(c);
+	if (rc) {
+		/* no callback will come: close quietly */
+		conn_close(c);
+		return rc == ERR_NOMEM ? rc : ERR_IO;
+	}
+	return 0;
+}
+
+void bench_pool_close_idle(struct bench_pool *p)
+{
+	while (p->idle)
+		conn_close(p->idle);
 }

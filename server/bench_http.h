@@ -1,12 +1,17 @@
 /* server/bench_http.h — the benchmark's HTTP/1.1 client pieces (private to
  * the bench_* files): an incremental response parser, an SSE event parser and
- * one-shot connections on a libuv loop.
+ * a pool of connections on a libuv loop.
  *
- * Only http:// and one request per connection ("Connection: close"). Every
- * buffer is bounded: a line over BENCH_HTTP_LINE_MAX, headers over
+ * Only http://. With keep-alive, a connection whose response ended cleanly
+ * (length-delimited, HTTP/1.1, no "Connection: close", nothing after it) goes
+ * back to the pool's idle list and carries the next request, as HTTP clients
+ * such as aiohttp do; an idle connection the server closes is dropped, and a
+ * request whose reused connection dies before any response byte is retried
+ * once on a new connection (the server closed it as we wrote). Every buffer is
+ * bounded: a line over BENCH_HTTP_LINE_MAX, headers over
  * BENCH_HTTP_HEADERS_MAX or a response over the caller's max_bytes is an error.
- * All calls on the loop's thread. Parsers are caller-allocated; connections
- * are allocated here and freed by this module after on_done.
+ * All calls on the loop's thread. Parsers and the pool are caller-allocated;
+ * connections are allocated and freed by the pool.
  * Tests: tests/bench_serve/test_bench_parse.c (parsers),
  *        tests/bench_serve/test_bench_e2e.c (connections, against a fake server).
  */
@@ -34,7 +39,9 @@ struct bench_resp_parser {
 	int state;
 	int status;
 	bool chunked, has_len, is_sse;
-	uint64_t remaining; /* body or current chunk bytes left */
+	bool http10, conn_close; /* the connection cannot carry another request */
+	size_t extra;            /* bytes after the message in the last feed */
+	uint64_t remaining;      /* body or current chunk bytes left */
 	size_t header_bytes;
 	size_t line_len;
 	char line[BENCH_HTTP_LINE_MAX];
@@ -78,14 +85,30 @@ struct bench_conn_cbs {
 	/* Body bytes; status is known by then. Nonzero return (a BENCH_E_* kind)
 	 * ends the request with that kind. */
 	int (*on_body)(void *ud, int status, const char *p, size_t n);
-	/* Exactly once, unless bench_conn_start failed: kind is BENCH_OK or a
-	 * BENCH_E_*; status 0 if none was read. */
-	void (*on_done)(void *ud, int kind, int status);
+	/* Exactly once per successful bench_pool_request: kind is BENCH_OK or a
+	 * BENCH_E_*; status 0 if none was read; reused: the request went over a
+	 * connection that had carried an earlier one. */
+	void (*on_done)(void *ud, int kind, int status, bool reused);
 };
 
-/* Connect to addr, send req[0..len) (copied), read one response. */
-int bench_conn_start(uv_loop_t *loop, const struct sockaddr *addr, const char *req, size_t len,
-                     uint64_t timeout_ms, size_t max_bytes, const struct bench_conn_cbs *cbs,
-                     void *ud);
+struct bench_conn;
+
+struct bench_pool {
+	uv_loop_t *loop;
+	struct sockaddr_storage addr;
+	bool keep_alive;
+	struct bench_conn *idle; /* doubly linked list of idle connections */
+	int n_idle;
+	int n_connects; /* connections opened so far */
+};
+
+void bench_pool_init(struct bench_pool *p, uv_loop_t *loop, const struct sockaddr *addr,
+                     bool keep_alive);
+/* Send req[0..len) (copied) on an idle connection or a new one and read one
+ * response. On failure (ERR_NOMEM, ERR_IO) no callback will be called. */
+int bench_pool_request(struct bench_pool *p, const char *req, size_t len, uint64_t timeout_ms,
+                       size_t max_bytes, const struct bench_conn_cbs *cbs, void *ud);
+/* Close the idle connections (busy ones close when they finish). */
+void bench_pool_close_idle(struct bench_pool *p);
 
 #endif

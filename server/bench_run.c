@@ -1,8 +1,8 @@
 /* server/bench_run.c — the benchmark's run loop: a private libuv loop that
  * releases requests on a schedule (all at once, constant or Poisson arrivals),
  * caps how many are in flight (--max-concurrency), sends each as a streaming
- * OpenAI request on its own connection, and records per-request timings from
- * the SSE stream (definitions in bench_serve.h). Tested end to end against
+ * OpenAI request (on an idle kept-alive connection or a new one), and records per-request timings
+ * from the SSE stream (definitions in bench_serve.h). Tested end to end against
  * tests/bench_serve/fake_openai.mjs in tests/bench_serve/test_bench_e2e.c. */
 #include <math.h>
 #include <netdb.h>
@@ -39,6 +39,7 @@ struct req_state {
 struct run {
 	uv_loop_t loop;
 	uv_timer_t arrival_timer, progress_timer;
+	struct bench_pool pool;
 	bool progress_on;
 	const struct bench_config *c;
 	const struct bench_workload *w;
@@ -67,6 +68,7 @@ void bench_config_defaults(struct bench_config *c)
 	c->output_len = 128;
 	c->request_timeout_s = 300;
 	c->max_response_bytes = 64u << 20;
+	c->keep_alive = true;
 }
 
 void bench_results_free(struct bench_result *results, int n)
@@ -163,8 +165,8 @@ static int build_request(const struct run *r, const struct bench_prompt *p, stru
 	int rc = buf_printf(out,
 	                    "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: aorta-bench\r\n"
 	                    "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-	                    "Content-Length: %zu\r\nConnection: close\r\n",
-	                    r->path, r->host, blen);
+	                    "Content-Length: %zu\r\nConnection: %s\r\n",
+	                    r->path, r->host, blen, c->keep_alive ? "keep-alive" : "close");
 	if (!rc && c->api_key)
 		rc = buf_printf(out, "Authorization: Bearer %s\r\n", c->api_key);
 	if (!rc)
@@ -298,13 +300,14 @@ static void close_timers(struct run *r)
 		uv_close((uv_handle_t *)&r->progress_timer, NULL);
 }
 
-static void on_done(void *ud, int kind, int status)
+static void on_done(void *ud, int kind, int status, bool reused)
 {
 	struct req_state *q = ud;
 	struct run *r = q->run;
 	struct bench_result *res = &r->results[q->idx];
 	uint64_t now = clock_now_ns();
 	res->status = status;
+	res->reused_connection = reused;
 	res->e2e_s = (double)(now - q->t0_ns) * 1e-9;
 	if (status != 0 && status != 200 && kind != BENCH_E_TIMEOUT)
 		kind = BENCH_E_HTTP; /* counted by status, however the body ended */
@@ -324,9 +327,10 @@ static void on_done(void *ud, int kind, int status)
 	r->in_flight--;
 	r->n_done++;
 	r->t_last_end_ns = now;
-	if (r->n_done == r->w->n)
+	if (r->n_done == r->w->n) {
 		close_timers(r);
-	else
+		bench_pool_close_idle(&r->pool);
+	} else
 		dispatch(r);
 }
 
@@ -351,12 +355,12 @@ static void start_request(struct run *r, int i)
 	static const struct bench_conn_cbs cbs = {on_body, on_done};
 	double tmo = r->c->request_timeout_s > 0 ? r->c->request_timeout_s * 1e3 : 0;
 	if (!rc)
-		rc = bench_conn_start(&r->loop, (const struct sockaddr *)&r->addr, req.data,
-		                      req.len, tmo > 1e12 ? (uint64_t)1e12 : (uint64_t)tmo,
-		                      r->c->max_response_bytes, &cbs, q);
+		rc = bench_pool_request(&r->pool, req.data, req.len,
+		                        tmo > 1e12 ? (uint64_t)1e12 : (uint64_t)tmo,
+		                        r->c->max_response_bytes, &cbs, q);
 	buf_deinit(&req);
 	if (rc) /* no callback will come: record it here */
-		on_done(q, BENCH_E_CONNECT, 0);
+		on_done(q, BENCH_E_CONNECT, 0, false);
 }
 
 static void dispatch(struct run *r)
@@ -426,6 +430,7 @@ int bench_run(const struct bench_config *c, const struct bench_workload *w,
 		free(r);
 		return rc;
 	}
+	bench_pool_init(&r->pool, &r->loop, (const struct sockaddr *)&r->addr, c->keep_alive);
 	uv_timer_init(&r->loop, &r->arrival_timer);
 	uv_timer_init(&r->loop, &r->progress_timer);
 	r->arrival_timer.data = r->progress_timer.data = r;

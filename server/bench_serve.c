@@ -19,7 +19,7 @@ struct bench_flags {
 	uint64_t max_response;
 };
 
-#define N_COMMON_OPTS 24
+#define N_COMMON_OPTS 25
 
 static int common_opts(struct bench_flags *f, struct cli_opt *o)
 {
@@ -60,6 +60,8 @@ static int common_opts(struct bench_flags *f, struct cli_opt *o)
 	     "per-request limit; 0 = none (default 300)"},
 	    {"max-response-bytes", CLI_BYTES, &f->max_response, "BYTES",
 	     "larger responses count as errors (default 64M)"},
+	    {"keep-alive", CLI_BOOL, &c->keep_alive, NULL,
+	     "reuse connections between requests (default on)"},
 	    {"progress", CLI_BOOL, &c->progress, NULL, "live progress line on a TTY (default on)"},
 	};
 	memcpy(o, v, sizeof v);

@@ -3,8 +3,8 @@
  * (aorta or another server), following vLLM's `bench serve` methodology.
  *
  * Owns: the benchmark configuration, the workload (prompts), the run loop (a
- * private libuv loop on the calling thread; one HTTP/1.1 connection per
- * in-flight request, streaming SSE), per-request records and their summary.
+ * private libuv loop on the calling thread; HTTP/1.1 connections, reused with
+ * keep-alive unless --no-keep-alive; streaming SSE), per-request records and their summary.
  * Single-threaded: every function runs on the caller's thread; bench_run()
  * blocks until all requests have finished or timed out.
  *
@@ -85,6 +85,7 @@ struct bench_config {
 	double slo_ttft_ms, slo_tpot_ms; /* <= 0: not set */
 	double request_timeout_s;
 	size_t max_response_bytes; /* per response; over it the request is an error */
+	bool keep_alive;           /* reuse connections (HTTP/1.1 keep-alive); default on */
 	bool progress;             /* live progress line on stderr */
 };
 
@@ -131,7 +132,8 @@ struct bench_result {
 	int output_tokens;
 	int n_chunks; /* content chunks */
 	bool usage_from_server;
-	double *itl_s; /* owned, n_itl gaps */
+	bool reused_connection; /* sent on a connection an earlier request used */
+	double *itl_s;          /* owned, n_itl gaps */
 	int n_itl;
 };
 
@@ -167,6 +169,7 @@ struct bench_summary {
 	double request_throughput, output_throughput, total_token_throughput;
 	bool has_slo;
 	int n_good;
+	int n_reused;   /* requests sent on reused connections */
 	double goodput; /* requests/s meeting all SLOs; 0 if !has_slo */
 	struct bench_stat ttft_ms, tpot_ms, itl_ms, e2e_ms;
 	int n_err_kinds;

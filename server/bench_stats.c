@@ -131,6 +131,7 @@ int bench_summarize(const struct bench_config *c, const struct bench_result *r, 
 	size_t n_tpot = 0, k = 0;
 	for (int i = 0; i < n; i++) {
 		const struct bench_result *q = &r[i];
+		s->n_reused += q->reused_connection;
 		if (q->err != BENCH_OK) {
 			char key[24];
 			add_err(s, bench_err_key(q, key, sizeof key));
@@ -248,6 +249,7 @@ static cJSON *config_json(const struct bench_config *c)
 	                        c->arrival == BENCH_ARRIVAL_POISSON ? "poisson" : "constant");
 	cJSON_AddNumberToObject(o, "seed", (double)c->seed);
 	cJSON_AddStringToObject(o, "dataset", ds[c->dataset]);
+	cJSON_AddBoolToObject(o, "keep_alive", c->keep_alive);
 	cJSON_AddNumberToObject(o, "input_len", c->input_len);
 	cJSON_AddNumberToObject(o, "output_len", c->output_len);
 	cJSON_AddNumberToObject(o, "prefix_len", c->prefix_len);
@@ -278,6 +280,7 @@ static cJSON *requests_json(const struct bench_result *r, int n)
 		cJSON_AddNumberToObject(o, "prompt_tokens", r[i].prompt_tokens);
 		cJSON_AddNumberToObject(o, "output_tokens", r[i].output_tokens);
 		cJSON_AddBoolToObject(o, "usage_from_server", r[i].usage_from_server);
+		cJSON_AddBoolToObject(o, "reused_connection", r[i].reused_connection);
 		cJSON_AddNumberToObject(o, "chunks", r[i].n_chunks);
 	}
 	return a;
@@ -301,6 +304,7 @@ int bench_write_json(const char *path, const struct bench_config *c, const struc
 	cJSON_AddNumberToObject(root, "request_throughput", s->request_throughput);
 	cJSON_AddNumberToObject(root, "output_throughput", s->output_throughput);
 	cJSON_AddNumberToObject(root, "total_token_throughput", s->total_token_throughput);
+	cJSON_AddNumberToObject(root, "reused_connections", s->n_reused);
 	if (s->has_slo) {
 		cJSON_AddNumberToObject(root, "goodput", s->goodput);
 		cJSON_AddNumberToObject(root, "good_requests", s->n_good);

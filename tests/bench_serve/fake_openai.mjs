@@ -21,6 +21,9 @@
 //   close         closes the socket before any response
 //   garbage       a broken status line written on the raw socket
 //   badchunk      a 200 SSE header, then an invalid chunk size
+// Connection handling (also through the model name): connclose=1 answers with
+// "Connection: close"; endafter=1 closes the socket right after each response;
+// idleclose=MS closes it MS ms after the response.
 // Usage: node fake_openai.mjs [--port N] [--ttft MS] [--itl MS] [--no-usage]
 // Prints "PORT <n>" on stdout once listening (port 0 picks a free one).
 import http from 'node:http';
@@ -41,7 +44,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const words = (s) => (typeof s === 'string' ? s.split(/\s+/).filter(Boolean).length : 0);
 
 function settings(model) {
-  const s = { fail: 'none', every: 1, ttft: opt.ttft, itl: opt.itl, usage: opt.usage, huge: 2 << 20 };
+  const s = { fail: 'none', every: 1, ttft: opt.ttft, itl: opt.itl, usage: opt.usage, huge: 2 << 20,
+              connclose: 0, endafter: 0, idleclose: -1 };
   const q = typeof model === 'string' ? model.indexOf('?') : -1;
   if (q >= 0) {
     for (const [k, v] of new URLSearchParams(model.slice(q + 1))) {
@@ -92,6 +96,7 @@ async function handle(req, res, body) {
         choices: [{ index: 0, text: text ?? '', finish_reason: finish }] };
   const send = (o) => res.write(`data: ${typeof o === 'string' ? o : JSON.stringify(o)}\n\n`);
 
+  if (s.connclose) res.setHeader('Connection', 'close');
   res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
   res.write(': keep-alive comment\n\n');
   if (chat) send({ id, object: 'chat.completion.chunk', model: j.model,
@@ -114,6 +119,10 @@ async function handle(req, res, body) {
                                  total_tokens: promptTokens + nOut } });
   if (fail !== 'nodone') send('[DONE]');
   res.end();
+  // Keep-alive edge cases: close the connection right after the response (the
+  // client may already have sent the next request on it), or once it idles.
+  if (s.endafter) req.socket.end();
+  else if (s.idleclose >= 0) setTimeout(() => { if (!req.socket.destroyed) req.socket.end(); }, s.idleclose);
 }
 
 const server = http.createServer((req, res) => {

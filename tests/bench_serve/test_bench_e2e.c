@@ -124,10 +124,53 @@ START_TEST(test_counts_add_up)
 			ck_assert(r[i].ttft_s > 0 && r[i].ttft_s <= r[i].e2e_s);
 		}
 		ck_assert_int_eq(s.itl_ms.n, 20 * 6);
+		/* keep-alive: 4 connections carried all 20 requests */
+		ck_assert_int_eq(s.n_reused, 16);
 		ck_assert_int_eq(s.tpot_ms.n, 20);
 		ck_assert_double_eq_tol(s.output_throughput * s.duration_s, 140.0, 1e-6);
 		free_run(r, 20);
 	}
+}
+END_TEST
+
+START_TEST(test_keep_alive_edges)
+{
+	struct bench_config c;
+	struct bench_summary s;
+	struct bench_result *r;
+	/* off: a new connection per request */
+	config(&c, "fake-ka-off", 8, 4, 3);
+	c.max_concurrency = 2;
+	c.keep_alive = false;
+	r = run(&c, &s);
+	ck_assert_int_eq(s.n_ok, 8);
+	ck_assert_int_eq(s.n_reused, 0);
+	free_run(r, 8);
+
+	/* the server says "Connection: close": never reused */
+	config(&c, "fake-ka-cc?connclose=1", 8, 4, 3);
+	c.max_concurrency = 2;
+	r = run(&c, &s);
+	ck_assert_int_eq(s.n_ok, 8);
+	ck_assert_int_eq(s.n_reused, 0);
+	free_run(r, 8);
+
+	/* the server closes idle connections before the next request: dropped */
+	config(&c, "fake-ka-idle?idleclose=10", 4, 4, 3);
+	c.request_rate = 10;
+	c.arrival = BENCH_ARRIVAL_CONSTANT;
+	r = run(&c, &s);
+	ck_assert_int_eq(s.n_ok, 4);
+	ck_assert_int_eq(s.n_reused, 0);
+	free_run(r, 4);
+
+	/* the server closes as the next request goes out: retried, not an error */
+	config(&c, "fake-ka-race?endafter=1", 12, 4, 3);
+	c.max_concurrency = 1;
+	r = run(&c, &s);
+	ck_assert_msg(s.n_ok == 12, "%d ok, first error %s", s.n_ok,
+	              s.n_err_kinds ? s.errs[0].key : "-");
+	free_run(r, 12);
 }
 END_TEST
 
@@ -448,6 +491,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_counts_add_up);
 	tcase_add_test(tc, test_counts_without_usage);
+	tcase_add_test(tc, test_keep_alive_edges);
 	tcase_add_test(tc, test_timings_match_delays);
 	tcase_add_test(tc, test_concurrency_limit);
 	tcase_add_test(tc, test_arrivals);

@@ -23,6 +23,7 @@
 #include "engine/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static const char *const names[] = { "mistral", "llama3", "qwen3", "gemma3" };
 #define N_TOK 4
@@ -47,6 +48,15 @@ static void load_all(void)
 		else
 			toks[i] = NULL;
 	}
+}
+
+/* libFuzzer calls this once before timing inputs (loading takes seconds). */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	load_all();
+	return 0;
 }
 
 static void fail(const char *what, const char *name)

@@ -32,6 +32,7 @@ struct sched {
 	/* Running, sorted by admit_seq (oldest first). */
 	struct seq **running;
 	int n_running;
+	int n_fork_reserved; /* forks that running sequences will make: seats kept for them */
 	/* Waiting: a ring buffer, front = next to admit. */
 	struct seq **waiting;
 	int w_head, n_waiting, w_cap;
@@ -260,6 +261,7 @@ static void preempt_newest(struct sched *s)
 		v->step_slot = -1;
 	}
 	kv_release(s->pool, &v->kv);
+	s->n_fork_reserved -= v->n_fork_pending;
 	v->n_computed = 0;
 	v->status = SEQ_WAITING;
 	v->n_preemptions++;
@@ -320,7 +322,7 @@ static void admit_waiting(struct sched *s)
 	struct kv_stats ks;
 	while (s->n_waiting > 0 && s->budget > 0) {
 		struct seq *w = sched_waiting(s, 0);
-		if (s->n_running + 1 + w->n_fork_pending > s->o.max_num_seqs)
+		if (s->n_running + s->n_fork_reserved + 1 + w->n_fork_pending > s->o.max_num_seqs)
 			break;
 		int held;
 		int hit = kv_match_prefix(s->pool, &w->kv, w->tokens, w->n_tokens, &held);
@@ -346,6 +348,7 @@ static void admit_waiting(struct sched *s)
 		(void)rc;
 		w->status = SEQ_RUNNING;
 		w->admit_seq = ++s->next_admit;
+		s->n_fork_reserved += w->n_fork_pending;
 		if (!w->t_first_scheduled) {
 			w->t_first_scheduled = clock_now_ns();
 			w->n_cached_tokens = cached;
@@ -452,7 +455,7 @@ int sched_fork(struct sched *s, struct seq *parent, struct seq **children)
 {
 	assert(!s->in_step && parent->status == SEQ_RUNNING);
 	int n = parent->n_fork_pending;
-	assert(s->n_running + n <= s->o.max_num_seqs);
+	assert(s->n_running + n <= s->o.max_num_seqs && s->n_fork_reserved >= n);
 	for (int i = 0; i < n; i++) {
 		struct seq *c;
 		int rc = seq_clone(s->pool, parent, parent->id + (uint64_t)i + 1, &c);
@@ -475,6 +478,7 @@ int sched_fork(struct sched *s, struct seq *parent, struct seq **children)
 		children[i] = c;
 	}
 	parent->n_fork_pending = 0;
+	s->n_fork_reserved -= n;
 	return 0;
 }
 
@@ -493,6 +497,7 @@ void sched_finish(struct sched *s, struct seq *q, enum seq_finish reason)
 	if (q->status == SEQ_RUNNING) {
 		running_remove(s, q);
 		kv_release(s->pool, &q->kv);
+		s->n_fork_reserved -= q->n_fork_pending;
 	} else if (q->status == SEQ_WAITING) {
 		waiting_remove(s, q);
 	}

@@ -324,7 +324,7 @@ static void run_sim(uint64_t seed, const struct sim_cfg *c)
 		r->max_tokens = rng_int(&rng, 1, 40);
 		if (rng_int(&rng, 0, 49) == 0)
 			r->max_tokens = c->max_len; /* can never fit: refused */
-		r->n = rng_int(&rng, 0, 9) == 0 ? rng_int(&rng, 2, MAXN) : 1;
+		r->n = rng_int(&rng, 0, c->max_seqs < 8 ? 2 : 9) == 0 ? rng_int(&rng, 2, MAXN) : 1;
 		t += rng_int(&rng, 0, 3);
 		r->arrival = t;
 		r->cancel_at = rng_int(&rng, 0, 9) == 0 ? t + rng_int(&rng, 0, 80) : -1;
@@ -404,6 +404,15 @@ START_TEST(test_sim_block16)
 }
 END_TEST
 
+START_TEST(test_sim_few_seats)
+{
+	/* Few seats and many n > 1 requests: seats for forks must be kept. */
+	struct sim_cfg c = {.n_reqs = 600, .n_blocks = 64, .bs = 8, .max_seqs = 4,
+			    .budget = 96, .max_len = 256, .cache = true};
+	run_sim(300 + (uint64_t)_i, &c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("sched_sim");
@@ -412,6 +421,7 @@ static Suite *suite(void)
 	tcase_add_loop_test(tc, test_sim_cached, 0, 3);
 	tcase_add_loop_test(tc, test_sim_uncached, 0, 2);
 	tcase_add_loop_test(tc, test_sim_block16, 0, 2);
+	tcase_add_loop_test(tc, test_sim_few_seats, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

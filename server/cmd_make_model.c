@@ -35,12 +35,13 @@ int cmd_make_model(int argc, char **argv)
 	struct model_gen_opts o;
 	model_gen_default_opts(&o);
 	struct model_config *c = &o.cfg;
-	const char *format = NULL, *arch = "llama", *dtype = "f16", *name = NULL;
+	const char *format = NULL, *arch = "llama", *dtype = "f16", *name = NULL, *out = NULL;
 	int64_t seed = (int64_t)o.seed;
 	double theta = c->rope_theta, eps = c->rms_eps;
 	int gguf_version = 3;
 	bool qkv_bias = false, qk_norm = false;
 	const struct cli_opt opts[] = {
+		{ "out", CLI_STR, &out, "PATH", "where to write (instead of the OUT argument)" },
 		{ "format", CLI_STR, &format, "gguf|hf", "output format (default: gguf if OUT ends in .gguf, else hf)" },
 		{ "arch", CLI_STR, &arch, "NAME", "llama|mistral|qwen2|qwen3 (default llama)" },
 		{ "dtype", CLI_STR, &dtype, "TYPE", "f32|f16|bf16|q8_0 (gguf), f32|f16|bf16|f8_e4m3 (hf); default f16" },
@@ -67,10 +68,10 @@ int cmd_make_model(int argc, char **argv)
 	const struct cli_cmd cmd = {
 		.name = "make-model",
 		.summary = "Write a deterministic random-weight test model (GGUF or HF directory).",
-		.usage = "aorta make-model OUT [options]   (OUT: model.gguf or a directory)",
+		.usage = "aorta make-model OUT [options]   (OUT, or --out: model.gguf or a directory)",
 		.opts = opts,
 		.n_opts = (int)(sizeof opts / sizeof opts[0]),
-		.min_positional = 1,
+		.min_positional = 0,
 		.max_positional = 1,
 	};
 	const char *pos[1];
@@ -105,23 +106,29 @@ int cmd_make_model(int argc, char **argv)
 	if (!flag_given(argc, argv, "--kv-heads") && c->n_heads > 0 &&
 	    (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads))
 		c->n_kv_heads = c->n_heads;
+	if (n_pos == 1 && !out) {
+		out = pos[0];
+	} else if (n_pos == 1 || !out) {
+		fprintf(stderr, "aorta make-model: give the output path once (OUT or --out)\n");
+		return 2;
+	}
 	if (dtype_parse(dtype, &o.dtype)) {
 		fprintf(stderr, "aorta make-model: unknown --dtype '%s'\n", dtype);
 		return 2;
 	}
-	size_t len = strlen(pos[0]);
-	bool gguf = format ? !strcmp(format, "gguf") : (len > 5 && !strcmp(pos[0] + len - 5, ".gguf"));
+	size_t len = strlen(out);
+	bool gguf = format ? !strcmp(format, "gguf") : (len > 5 && !strcmp(out + len - 5, ".gguf"));
 	if (format && strcmp(format, "gguf") && strcmp(format, "hf")) {
 		fprintf(stderr, "aorta make-model: --format must be gguf or hf\n");
 		return 2;
 	}
 	struct diag d = { 0 };
-	rc = gguf ? model_gen_write_gguf(&o, pos[0], &d) : model_gen_write_hf_dir(&o, pos[0], &d);
+	rc = gguf ? model_gen_write_gguf(&o, out, &d) : model_gen_write_hf_dir(&o, out, &d);
 	if (rc) {
 		fprintf(stderr, "aorta make-model: %s\n", d.msg[0] ? d.msg : err_str(rc));
 		return 1;
 	}
-	fprintf(stderr, "wrote %s (%s, %s, %d layers, hidden %d, seed %llu)\n", pos[0],
+	fprintf(stderr, "wrote %s (%s, %s, %d layers, hidden %d, seed %llu)\n", out,
 		gguf ? "gguf" : "hf", dtype_name(o.dtype), c->n_layers, c->hidden,
 		(unsigned long long)o.seed);
 	return 0;

@@ -9,7 +9,7 @@ dir=$(mktemp -d /tmp/aorta_cli_models_XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-"$aorta" make-model "$dir/demo.gguf" 2>/dev/null || fail "make-model demo"
+"$aorta" make-model --out "$dir/demo.gguf" 2>/dev/null || fail "make-model demo (--out, as make run calls it)"
 "$aorta" inspect "$dir/demo.gguf" > "$dir/out.txt" || fail "inspect demo"
 grep -q '^architecture: llama' "$dir/out.txt" || fail "arch line"
 grep -q '^layers:       4' "$dir/out.txt" || fail "layers line"
@@ -35,6 +35,7 @@ grep -q 'tokenizer.ggml.tokens .*\[string x 268\]' "$dir/q.txt" || fail "--keys"
 set +e
 "$aorta" make-model "$dir/x.gguf" --dtype q4_k 2>/dev/null; [ $? -eq 2 ] || fail "bad dtype exit 2"
 "$aorta" make-model 2>/dev/null; [ $? -eq 2 ] || fail "missing OUT exit 2"
+"$aorta" make-model a.gguf --out b.gguf 2>/dev/null; [ $? -eq 2 ] || fail "OUT twice exit 2"
 printf 'GGUF\003\000\000\000' > "$dir/bad.gguf"
 "$aorta" inspect "$dir/bad.gguf" 2> "$dir/err.txt"; [ $? -eq 1 ] || fail "bad model exit 1"
 grep -q 'truncated\|too small' "$dir/err.txt" || fail "bad model message: $(cat "$dir/err.txt")"

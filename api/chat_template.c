@@ -94,6 +94,7 @@ int api_chat_template_init(struct api_chat_template *t, const char *template_tex
 	bool found = false;
 	if (template_text && *template_text) {
 		found = detect_from_text(template_text, &f);
+		t->gen_always = found && !strstr(template_text, "add_generation_prompt");
 		/* Variants whose extra text we do not reproduce. */
 		t->is_approximate =
 			found && ((f == API_CHAT_LLAMA3 && strstr(template_text, "Cutting Knowledge Date")) ||
@@ -524,7 +525,7 @@ int api_chat_render(const struct api_chat_template *t, const struct api_chat_msg
 	struct buf o, tmp;
 	buf_init(&o);
 	buf_init(&tmp);
-	struct ctx c = {.t = t, .m = msgs, .n = n_msgs, .gen = add_generation_prompt,
+	struct ctx c = {.t = t, .m = msgs, .n = n_msgs, .gen = add_generation_prompt || t->gen_always,
 			.o = &o, .tmp = &tmp, .err = err};
 	int rc;
 	switch (t->family) {

@@ -24,6 +24,9 @@
  * does for string-content templates); gemma's template iterates the parts
  * itself, trimming each. A null assistant content renders as "".
  *
+ * add_generation_prompt = false is honoured where the template reads it
+ * (a template text that never mentions it always adds the prompt).
+ *
  * BOS: llama2, llama3, mistral and gemma templates emit the BOS token text
  * themselves; the renderer reports that (starts_with_bos) so the server
  * tokenizes without adding a second BOS.
@@ -54,6 +57,8 @@ struct api_chat_template {
 	enum api_chat_family family;
 	bool is_fallback;    /* nothing recognised: ChatML was chosen */
 	bool is_approximate; /* a variant of the family we do not render exactly */
+	bool gen_always;     /* the template text never reads add_generation_prompt
+				(the llama3 fixture's): the prompt is always added */
 	char bos[64];	  /* BOS / EOS token text the template emits */
 	char eos[64];
 };

@@ -5,7 +5,8 @@ Renders the reference chat templates with Jinja2 the way Hugging Face
 transformers does (sandboxed environment, trim_blocks, lstrip_blocks,
 raise_exception) for a set of sample conversations, and writes one case per
 (template, conversation): the template text, the messages, and the rendered
-text (or null when the template raises). test_chat_template_oracle.c renders
+text (or null when the template raises), with add_generation_prompt true
+and false. test_chat_template_oracle.c renders
 the same cases with api/chat_template.c and compares byte for byte.
 
 Templates: the chat_template fields of the fixture tokenizers (llama3, qwen3,
@@ -116,13 +117,15 @@ def main():
         compiled = env.from_string(tmpl)
         for conv in CONVERSATIONS:
             msgs = flatten(conv, keep_parts=(name == "gemma3"))
-            try:
-                rendered = compiled.render(messages=msgs, bos_token=bos, eos_token=eos,
-                                           add_generation_prompt=True)
-            except TemplateError:
-                rendered = None
-            cases.append({"name": name, "template": tmpl, "bos": bos, "eos": eos,
-                          "messages": conv, "expected": rendered})
+            for gen in (True, False):
+                try:
+                    rendered = compiled.render(messages=msgs, bos_token=bos, eos_token=eos,
+                                               add_generation_prompt=gen)
+                except TemplateError:
+                    rendered = None
+                cases.append({"name": name, "template": tmpl, "bos": bos, "eos": eos,
+                              "add_generation_prompt": gen, "messages": conv,
+                              "expected": rendered})
     json.dump(cases, sys.stdout, ensure_ascii=False, indent=1)
     sys.stdout.write("\n")
 

@@ -44,7 +44,8 @@ static const char MISTRAL_TMPL[] =
 static const char LLAMA3_TMPL[] =
 	"{% for message in messages %}{{ '<|start_header_id|>' + message['role'] }}{% endfor %}";
 static const char GEMMA_TMPL[] =
-	"{{ bos_token }}{%- set first_user_prefix = '' -%}{{ '<start_of_turn>' + role + '\\n' }}";
+	"{{ bos_token }}{%- set first_user_prefix = '' -%}{{ '<start_of_turn>' + role + '\\n' }}"
+	"{%- if add_generation_prompt -%}{{'<start_of_turn>model\\n'}}{%- endif -%}";
 static const char GEMMA2_TMPL[] =
 	"{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
 	"not supported') }}{% endif %}{{ '<start_of_turn>' + role + '\\n' }}";
@@ -344,6 +345,13 @@ START_TEST(test_no_generation_prompt)
 	buf_init(&b);
 	ck_assert_int_eq(api_chat_render(&t, r.msgs, r.n_msgs, false, &b, NULL, &e), 0);
 	ck_assert_str_eq(b.data, "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n");
+	buf_clear(&b);
+	/* a template that never reads add_generation_prompt always adds it */
+	api_chat_template_init(&t, LLAMA3_TMPL, NULL, NULL, NULL);
+	ck_assert(t.gen_always);
+	ck_assert_int_eq(api_chat_render(&t, r.msgs, r.n_msgs, false, &b, NULL, &e), 0);
+	ck_assert_str_eq(b.data, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n"
+				 "What is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 	buf_clear(&b);
 	ck_assert_int_eq(api_chat_render(&t, r.msgs, 0, true, &b, NULL, &e), ERR_INVAL);
 	ck_assert_int_eq(e.status, 400);

@@ -51,6 +51,8 @@ START_TEST(test_oracle_cases)
 		const char *bos = cJSON_GetObjectItem(c, "bos")->valuestring;
 		const char *eos = cJSON_GetObjectItem(c, "eos")->valuestring;
 		const cJSON *exp = cJSON_GetObjectItem(c, "expected");
+		const cJSON *gen_item = cJSON_GetObjectItem(c, "add_generation_prompt");
+		bool gen = !cJSON_IsFalse(gen_item);
 		cJSON *body = cJSON_CreateObject();
 		cJSON_AddItemToObject(body, "messages",
 				      cJSON_Duplicate(cJSON_GetObjectItem(c, "messages"), 1));
@@ -66,7 +68,7 @@ START_TEST(test_oracle_cases)
 		buf_init(&out);
 		bool starts_bos = false;
 		memset(&e, 0, sizeof e);
-		int rc = api_chat_render(&t, r.msgs, r.n_msgs, true, &out, &starts_bos, &e);
+		int rc = api_chat_render(&t, r.msgs, r.n_msgs, gen, &out, &starts_bos, &e);
 		if (cJSON_IsNull(exp)) {
 			ck_assert_msg(rc == ERR_INVAL && e.status == 400,
 				      "case %d (%s) %s: the template raises, we rendered [%s]", n,
@@ -76,8 +78,8 @@ START_TEST(test_oracle_cases)
 			ck_assert_msg(rc == 0, "case %d (%s) %s: rejected: %s", n, name, body_text,
 				      e.message);
 			ck_assert_msg(!strcmp(out.data, exp->valuestring),
-				      "case %d (%s) %s:\n got  [%s]\n want [%s]", n, name, body_text,
-				      out.data, exp->valuestring);
+				      "case %d (%s, gen %d) %s:\n got  [%s]\n want [%s]", n, name, gen,
+				      body_text, out.data, exp->valuestring);
 			bool want_bos = bos[0] && !strncmp(exp->valuestring, bos, strlen(bos));
 			ck_assert_msg(starts_bos == want_bos, "case %d (%s): starts_with_bos", n, name);
 		}
@@ -87,7 +89,7 @@ START_TEST(test_oracle_cases)
 		cJSON_Delete(body);
 		n++;
 	}
-	ck_assert_int_ge(n, 50);
+	ck_assert_int_ge(n, 150);
 	ck_assert_int_ge(n_rejected, 5);
 	cJSON_Delete(cases);
 	free(text);

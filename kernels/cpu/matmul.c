@@ -27,7 +27,7 @@
 #define MM_KC 256	     /* k-depth of a packed GEMM panel */
 #define MM_I8_KCHUNK 65536   /* int32 lanes cannot overflow below 2^17 */
 #define MM_XBLOCK_BYTES (256 * 1024) /* quantized X kept hot per block */
-#define MM_INT_TILE_MAX_M 4  /* integer path: dot tiles up to here, packed GEMM above */
+#define MM_INT_TILE_MAX_M 3  /* integer path: dot tiles up to here, packed GEMM above */
 #define MM_I8_PACKED_MAX_K 32768 /* packed I8 keeps whole-row sums in int32 lanes */
 
 /* ---- instruction-set selection ------------------------------------------ */
@@ -132,6 +132,10 @@ static void gemv_worker(void *p, int ith, int nth)
 		const int64_t r0 = (int64_t)g * MM_TW;
 		const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
 		const float *wp;
+		if (c->m <= MM_TX && c->k->dot_w) {
+			c->k->dot_w(nw, c->m, w, r0, c->x, cols, c->y + r0, rows);
+			continue;
+		}
 		if (w->dtype == DT_F32) {
 			wp = (const float *)w->data + r0 * cols;
 		} else {
@@ -285,51 +289,6 @@ static int qpanel_bytes(const struct kmat *w, int qmr, size_t *out)
 	return ck_add(q, extra, out);
 }
 
-static void pack_q8(const struct kmat *w, int64_t r0, int nv, uint8_t *panel, float *dw,
-		    int32_t *corr)
-{
-	const int64_t nb = w->cols / Q8_0_BLOCK;
-	const struct q8_0_block *wb = w->data;
-	for (int c = 0; c < MM_QNR; c++) {
-		const struct q8_0_block *row = c < nv ? wb + (r0 + c) * nb : NULL;
-		for (int64_t b = 0; b < nb; b++) {
-			int32_t sum = 0;
-			for (int q = 0; q < Q8_0_BLOCK / 4; q++) {
-				uint8_t *dst = panel + ((b * (Q8_0_BLOCK / 4) + q) * MM_QNR + c) * 4;
-				if (row)
-					memcpy(dst, row[b].qs + 4 * q, 4);
-				else
-					memset(dst, 0, 4);
-			}
-			if (row)
-				for (int t = 0; t < Q8_0_BLOCK; t++)
-					sum += row[b].qs[t];
-			dw[b * MM_QNR + c] = row ? f16_to_f32(row[b].d) : 0.0f;
-			corr[b * MM_QNR + c] = 128 * sum;
-		}
-	}
-}
-
-static void pack_i8(const struct kmat *w, int64_t r0, int nv, uint8_t *panel, int32_t *corr)
-{
-	const int64_t cols = w->cols, ng = (cols + 3) / 4;
-	for (int c = 0; c < MM_QNR; c++) {
-		const int8_t *row = c < nv ? (const int8_t *)w->data + (r0 + c) * cols : NULL;
-		int32_t sum = 0;
-		for (int64_t g = 0; g < ng; g++) {
-			uint8_t *dst = panel + (g * MM_QNR + c) * 4;
-			memset(dst, 0, 4);
-			if (!row)
-				continue;
-			int64_t n = cols - 4 * g < 4 ? cols - 4 * g : 4;
-			memcpy(dst, row + 4 * g, (size_t)n);
-			for (int64_t t = 0; t < n; t++)
-				sum += row[4 * g + t];
-		}
-		corr[c] = 128 * sum;
-	}
-}
-
 static void qgemm_worker(void *p, int ith, int nth)
 {
 	const struct mm_call *c = p;
@@ -348,7 +307,7 @@ static void qgemm_worker(void *p, int ith, int nth)
 		if (w->dtype == DT_Q8_0) {
 			float *dw = (float *)(void *)after;
 			int32_t *corr = (int32_t *)(void *)(dw + nb * MM_QNR);
-			pack_q8(w, r0, nv, panel, dw, corr);
+			c->k->pack_q8(w, r0, nv, panel, dw, corr);
 			for (int i0 = 0; i0 < c->m; i0 += qmr) {
 				const int mi = c->m - i0 < qmr ? c->m - i0 : qmr;
 				c->k->gemm_q8(mi, nb, panel, dw, corr, xu + i0 * c->ldq,
@@ -358,7 +317,7 @@ static void qgemm_worker(void *p, int ith, int nth)
 		} else {
 			int32_t *corr = (int32_t *)(void *)after;
 			int32_t *isum = corr + MM_QNR;
-			pack_i8(w, r0, nv, panel, corr);
+			c->k->pack_i8(w, r0, nv, panel, corr);
 			for (int i0 = 0; i0 < c->m; i0 += qmr) {
 				const int mi = c->m - i0 < qmr ? c->m - i0 : qmr;
 				c->k->gemm_i8(mi, ng, panel, corr, xu + i0 * c->ldq, c->ldq, isum);

@@ -310,6 +310,8 @@ static const struct mm_kernels avx2_kernels = {
 	.nr = NR256,
 	.gemm = gemm_avx2,
 	.qmr = 0,
+	.pack_q8 = NULL,
+	.pack_i8 = NULL,
 	.gemm_q8 = NULL,
 	.gemm_i8 = NULL,
 };

@@ -137,6 +137,79 @@ T512 static void dot_f32_avx512(int nw, int nx, const float *w, int64_t ldw, con
 	MM_TILE_DISPATCH(dot_f32_tile, nw, nx, w, ldw, x, ldx, n, y, ldy);
 }
 
+/* ---- dot tile reading W in its storage dtype ------------------------------ */
+
+/* 16 weights from row p at k, as F32 (F8: times 2^-8, see f8_to_f16_bits;
+ * the row scale is applied after the reduction). */
+INLINE512 __m512 load_w16(const enum dtype T, const void *p, int64_t k, __mmask16 mk)
+{
+	switch (T) {
+	case DT_F16:
+		return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)p + k));
+	case DT_BF16:
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)p + k)), 16));
+	case DT_F8_E4M3:
+		return _mm512_cvtph_ps(f8_to_f16_bits(_mm_maskz_loadu_epi8(mk, (const uint8_t *)p + k)));
+	default:
+		return _mm512_maskz_loadu_ps(mk, (const float *)p + k);
+	}
+}
+
+INLINE512 void dot_w_tile(const int NW, const int NX, const enum dtype T, const struct kmat *w,
+			  int64_t r0, const float *x, int64_t ldx, float *y, int64_t ldy)
+{
+	const int64_t n = w->cols;
+	const size_t esize = T == DT_F32 ? 4 : T == DT_F8_E4M3 ? 1 : 2;
+	const void *rowp[MM_TW];
+	__m512 acc[MM_TX][MM_TW];
+#pragma GCC unroll 4
+	for (int i = 0; i < NW; i++) {
+		rowp[i] = (const char *)w->data + (size_t)((r0 + i) * n) * esize;
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++)
+			acc[j][i] = _mm512_setzero_ps();
+	}
+	int64_t k = 0;
+	for (; k < n; k += 16) {
+		const __mmask16 mk = n - k >= 16 ? (__mmask16)0xFFFF : low_mask16(n - k);
+		__m512 wv[MM_TW];
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			wv[i] = load_w16(T, rowp[i], k, mk);
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++) {
+			__m512 xv = _mm512_maskz_loadu_ps(mk, x + j * ldx + k);
+#pragma GCC unroll 4
+			for (int i = 0; i < NW; i++)
+				acc[j][i] = _mm512_fmadd_ps(wv[i], xv, acc[j][i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < NW; i++) {
+		const float s = T == DT_F8_E4M3 ? mm_row_scale(w, r0 + i) * 256.0f : 1.0f;
+#pragma GCC unroll 4
+		for (int j = 0; j < NX; j++)
+			y[j * ldy + i] = _mm512_reduce_add_ps(acc[j][i]) * s;
+	}
+}
+
+#define DOT_W_F16(NW, NX, ...) dot_w_tile(NW, NX, DT_F16, __VA_ARGS__)
+#define DOT_W_BF16(NW, NX, ...) dot_w_tile(NW, NX, DT_BF16, __VA_ARGS__)
+#define DOT_W_F8(NW, NX, ...) dot_w_tile(NW, NX, DT_F8_E4M3, __VA_ARGS__)
+#define DOT_W_F32(NW, NX, ...) dot_w_tile(NW, NX, DT_F32, __VA_ARGS__)
+
+T512 static void dot_w_avx512(int nw, int nx, const struct kmat *w, int64_t r0, const float *x,
+			      int64_t ldx, float *y, int64_t ldy)
+{
+	switch (w->dtype) {
+	case DT_F16: MM_TILE_DISPATCH(DOT_W_F16, nw, nx, w, r0, x, ldx, y, ldy); break;
+	case DT_BF16: MM_TILE_DISPATCH(DOT_W_BF16, nw, nx, w, r0, x, ldx, y, ldy); break;
+	case DT_F8_E4M3: MM_TILE_DISPATCH(DOT_W_F8, nw, nx, w, r0, x, ldx, y, ldy); break;
+	default: MM_TILE_DISPATCH(DOT_W_F32, nw, nx, w, r0, x, ldx, y, ldy); break;
+	}
+}
+
 /* ---- Q8_0 dot tile ---------------------------------------------------------- */
 
 /* Two consecutive Q8_0 blocks' quants in one register (the second may be
@@ -313,6 +386,71 @@ INLINE512 __m512i bcast_word(const uint8_t *p)
 	return _mm512_set1_epi32(v);
 }
 
+/* The packers gather one dword (4 consecutive k) from each of 16 rows per
+ * instruction: a 16 x 8 dword transpose per Q8_0 block without scalar code.
+ * Lanes of rows past nv are masked off, so they read nothing and hold 0. */
+T512 static void pack_q8_avx512(const struct kmat *w, int64_t r0, int nv, uint8_t *panel,
+				float *dw, int32_t *corr)
+{
+	const int64_t nb = w->cols / Q8_0_BLOCK;
+	const int32_t row_bytes = (int32_t)(nb * (int64_t)sizeof(struct q8_0_block));
+	const uint8_t *base = (const uint8_t *)((const struct q8_0_block *)w->data + r0 * nb);
+	const __m512i c80 = _mm512_set1_epi8((char)0x80);
+	const __m512i idx = _mm512_mullo_epi32(
+		_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+		_mm512_set1_epi32(row_bytes));
+	for (int h = 0; h < MM_QNR / 16; h++) {
+		const int nvh = nv - h * 16 < 0 ? 0 : nv - h * 16 > 16 ? 16 : nv - h * 16;
+		const __mmask16 km = low_mask16(nvh);
+		const uint8_t *bh = nvh ? base + (int64_t)h * 16 * row_bytes : base;
+		for (int64_t b = 0; b < nb; b++) {
+			const uint8_t *pb = bh + b * (int64_t)sizeof(struct q8_0_block);
+			__m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), km, idx, pb, 1);
+			_mm512_store_ps(dw + b * MM_QNR + h * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+			__m512i cs = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (int q = 0; q < Q8_0_BLOCK / 4; q++) {
+				__m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), km, idx,
+									pb + 2 + 4 * q, 1);
+				_mm512_store_si512((void *)(panel + ((b * 8 + q) * MM_QNR + h * 16) * 4), v);
+				cs = _mm512_dpbusd_epi32(cs, c80, v);
+			}
+			_mm512_store_si512((void *)(corr + b * MM_QNR + h * 16), cs);
+		}
+	}
+}
+
+T512 static void pack_i8_avx512(const struct kmat *w, int64_t r0, int nv, uint8_t *panel,
+				int32_t *corr)
+{
+	const int64_t cols = w->cols, full = cols / 4, ng = (cols + 3) / 4;
+	const uint8_t *base = (const uint8_t *)w->data + r0 * cols;
+	const __m512i c80 = _mm512_set1_epi8((char)0x80);
+	const __m512i idx = _mm512_mullo_epi32(
+		_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+		_mm512_set1_epi32((int32_t)cols));
+	for (int h = 0; h < MM_QNR / 16; h++) {
+		const int nvh = nv - h * 16 < 0 ? 0 : nv - h * 16 > 16 ? 16 : nv - h * 16;
+		const __mmask16 km = low_mask16(nvh);
+		const uint8_t *bh = nvh ? base + (int64_t)h * 16 * cols : base;
+		__m512i cs = _mm512_setzero_si512();
+		for (int64_t g = 0; g < full; g++) {
+			__m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), km, idx,
+								bh + 4 * g, 1);
+			_mm512_store_si512((void *)(panel + (g * MM_QNR + h * 16) * 4), v);
+			cs = _mm512_dpbusd_epi32(cs, c80, v);
+		}
+		if (full < ng) { /* a partial last group: zero-padded, byte by byte */
+			uint8_t *dst = panel + (full * MM_QNR + h * 16) * 4;
+			memset(dst, 0, 64);
+			for (int c = 0; c < nvh; c++)
+				memcpy(dst + 4 * c, bh + c * cols + 4 * full, (size_t)(cols - 4 * full));
+			cs = _mm512_dpbusd_epi32(cs, c80, _mm512_load_si512((const void *)dst));
+		}
+		_mm512_storeu_si512((void *)(corr + h * 16), cs);
+	}
+}
+
 INLINE512 void gemm_q8_tile(const int MR, int64_t nb, const uint8_t *panel, const float *dw,
 			    const int32_t *corr, const uint8_t *xu, const float *xd, int64_t ldx,
 			    float *y, int64_t ldy, int nv)
@@ -421,12 +559,15 @@ static const struct mm_kernels avx512_kernels = {
 	.name = "avx512",
 	.cvt = cvt_avx512,
 	.dot_f32 = dot_f32_avx512,
+	.dot_w = dot_w_avx512,
 	.dot_q8 = dot_q8_avx512,
 	.dot_i8 = dot_i8_avx512,
 	.mr = MR512,
 	.nr = NR512,
 	.gemm = gemm_avx512,
 	.qmr = QMR512,
+	.pack_q8 = pack_q8_avx512,
+	.pack_i8 = pack_i8_avx512,
 	.gemm_q8 = gemm_q8_avx512,
 	.gemm_i8 = gemm_i8_avx512,
 };

@@ -24,6 +24,12 @@ struct mm_kernels {
 	 * (1 <= nw <= MM_TW, 1 <= nx <= MM_TX). */
 	void (*dot_f32)(int nw, int nx, const float *w, int64_t ldw, const float *x, int64_t ldx,
 			int64_t n, float *y, int64_t ldy);
+	/* Like dot_f32 over whole rows, but reading W (rows r0 .. r0+nw-1 of w,
+	 * a float dtype) in its storage dtype and converting in registers: for
+	 * small m, where converting through scratch would cost more than the
+	 * dot itself. NULL when the path has none. */
+	void (*dot_w)(int nw, int nx, const struct kmat *w, int64_t r0, const float *x, int64_t ldx,
+		      float *y, int64_t ldy);
 	/* Q8_0 x Q8_0-style activations: w is nw rows of nb blocks (row stride
 	 * nb); xq has nb*32 int8 per row and xd nb scales per row (row strides
 	 * nb*32 and nb). y[j*ldy + i] = sum_b d_w * d_x * (exact int dot of block b). */
@@ -48,6 +54,11 @@ struct mm_kernels {
 	 *   y[i*ldy + c] = sum_b dw * xd[i*nb + b] * (exact block dot), c < nv.
 	 * I8: ng groups of 4 k; corr per row; isum[i*MM_QNR + c] = exact dot. */
 	int qmr;
+	/* Pack weight rows r0 .. r0+nv-1 (nv <= MM_QNR; missing rows are zero)
+	 * into panel (and dw, corr) in the layout above. */
+	void (*pack_q8)(const struct kmat *w, int64_t r0, int nv, uint8_t *panel, float *dw,
+			int32_t *corr);
+	void (*pack_i8)(const struct kmat *w, int64_t r0, int nv, uint8_t *panel, int32_t *corr);
 	void (*gemm_q8)(int mr, int64_t nb, const uint8_t *panel, const float *dw,
 			const int32_t *corr, const uint8_t *xu, const float *xd, int64_t ldx,
 			float *y, int64_t ldy, int nv);

@@ -21,14 +21,17 @@ static float absmax(const float *x, int64_t n)
 	return a;
 }
 
-/* round(x * inv) to nearest even, clamped to [-127, 127]. */
-static int8_t q127(float x, float inv)
+/* round(x * inv) to nearest even, clamped to [-127, 127] (NaN gives -127).
+ * Adding and subtracting 1.5 * 2^23 rounds a float of magnitude below 2^22
+ * to an integer in the current (nearest-even) mode: the same result as
+ * nearbyintf without a libm call, so the loops vectorize; activation
+ * quantization runs on every integer matmul call. */
+static inline int8_t q127(float x, float inv)
 {
-	float v = nearbyintf(x * inv);
-	if (v > 127.0f)
-		v = 127.0f;
-	if (v < -127.0f)
-		v = -127.0f;
+	float v = x * inv;
+	v = v > -127.0f ? v : -127.0f;
+	v = v < 127.0f ? v : 127.0f;
+	v = (v + 12582912.0f) - 12582912.0f;
 	return (int8_t)v;
 }
 

@@ -1,8 +1,11 @@
 /* server/cmd_serve.c — `aorta serve`: parse and validate the serving flags,
- * then run the server. The HTTP front end (issue 7) is not built yet: after
- * validating its configuration this command says so and exits 1. */
+ * set up logging, then run the server (server/srv.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "srv.h"
 
 #include "cli.h"
 #include "commands.h"
@@ -77,8 +80,8 @@ int cmd_serve(int argc, char **argv)
 		return 2;
 	if (srv_config_validate(&c, stderr))
 		return 2;
-	fprintf(stderr, "aorta serve: the HTTP server is not built yet (issue 7); "
-			"configuration for %s is valid\n",
-		c.model);
-	return 1;
+	enum log_level lvl = LOG_INFO;
+	log_level_parse(c.log_level, &lvl);
+	log_configure(lvl, strcmp(c.log_format, "json") == 0);
+	return srv_run(&c);
 }

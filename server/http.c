@@ -39,6 +39,7 @@ struct http_req {
 	bool answered;     /* a response or stream start was queued or is pending */
 	struct MHD_Response *pending; /* built, waiting for the access handler to queue it */
 	int pending_status;
+	int status; /* the status sent (0 until answered) */
 	/* stream state */
 	bool is_stream;
 	bool stream_ended;
@@ -146,6 +147,7 @@ static int set_pending(struct http_req *r, struct MHD_Response *resp, int status
 {
 	r->pending = resp;
 	r->pending_status = status;
+	r->status = status;
 	r->answered = true;
 	if (!r->in_handler) {
 		req_resume(r);
@@ -527,6 +529,11 @@ uint64_t http_req_id(const struct http_req *r)
 double http_req_start_time(const struct http_req *r)
 {
 	return r->t0;
+}
+
+int http_req_status(const struct http_req *r)
+{
+	return r->status;
 }
 
 void http_req_set_ctx(struct http_req *r, void *ctx)

@@ -70,6 +70,7 @@ const char *http_req_header(const struct http_req *r, const char *name); /* NULL
 const char *http_req_body(const struct http_req *r, size_t *len);
 uint64_t http_req_id(const struct http_req *r); /* unique per server, > 0 */
 double http_req_start_time(const struct http_req *r); /* clock_now_s() at arrival */
+int http_req_status(const struct http_req *r); /* status answered with; 0 = not yet */
 void http_req_set_ctx(struct http_req *r, void *ctx);
 void *http_req_ctx(const struct http_req *r);
 

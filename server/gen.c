@@ -1,0 +1,791 @@
+/* server/gen.c — POST /v1/completions and /v1/chat/completions.
+ *
+ * One struct srv_session per request: parse (api/) on the loop thread, render
+ * the chat template, tokenize on a libuv worker, submit one batcher request per
+ * prompt (each with n choices), then turn the batcher's events into either one
+ * JSON body or an SSE stream (api_stream enforces the stream protocol). A
+ * client that goes away cancels its batcher requests; the session is freed
+ * when nothing refers to it any more: the HTTP request, the tokenizer work and
+ * every batcher request that has not sent its terminal event yet.
+ * Loop thread only, except tokenize_work (a libuv worker), which touches only
+ * the session's prompts and read-only objects. Tested in tests/e2e/.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batching/engine_thread.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "engine/finish.h"
+#include "engine/tokenizer.h"
+#include "srv.h"
+
+struct lp_entry {
+	int32_t token;
+	float logprob;
+	int n_top;
+	struct sample_logprob top[SAMPLER_MAX_LOGPROBS];
+};
+
+struct sess_choice {
+	struct buf text;
+	const char *finish;
+	double t_last_token;
+	struct lp_entry *lps;
+	size_t n_lps, cap_lps;
+};
+
+struct sess_prompt {
+	int32_t *ids; /* tokenized prompt (malloc) */
+	size_t n_ids;
+	char *echo;   /* prompt text for echo (malloc), or NULL */
+	size_t echo_len;
+	uint64_t bat_id;
+	bool live; /* submitted and no terminal event yet */
+};
+
+struct srv_session {
+	struct srv *s;
+	struct http_req *r; /* NULL once the HTTP request is over */
+	struct srv_session *prev, *next;
+	bool chat;
+	bool stream_started;
+	bool failed;   /* an ERROR event arrived; answer once every sub is over */
+	bool answered; /* an error was sent before generation: nothing more to send */
+	struct api_error fail;
+	struct api_completion_req creq;
+	struct api_chat_req chreq;
+	const struct api_sampling *samp;
+	bool has_max_tokens;
+	int32_t max_tokens;
+	int n;	      /* choices per prompt */
+	int logprobs; /* -1 none, else top N alternatives */
+	bool stream, include_usage, echo;
+	int n_prompts;
+	struct sess_prompt *prompts;
+	int n_choices;
+	struct sess_choice *choices;
+	struct sampler_logit_bias *bias;
+	const char **stops;
+	/* chat: the rendered prompt text; encode flags */
+	struct buf chat_text;
+	unsigned enc_flags;
+	/* tokenizer work */
+	uv_work_t work;
+	bool work_pending;
+	int work_rc;
+	int work_bad_prompt;
+	int n_live; /* batcher requests without their terminal event */
+	struct api_stream st;
+	char id[40];
+	int64_t prompt_tokens, completion_tokens;
+	bool first_token_seen;
+	double t0;
+	struct buf out; /* scratch for rendering */
+};
+
+/* ---- lifetime ------------------------------------------------------------------ */
+
+static void session_free(struct srv_session *x)
+{
+	struct srv *s = x->s;
+	if (x->prev)
+		x->prev->next = x->next;
+	else if (s->sessions == x)
+		s->sessions = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	for (int i = 0; i < x->n_prompts; i++) {
+		free(x->prompts[i].ids);
+		free(x->prompts[i].echo);
+	}
+	free(x->prompts);
+	for (int i = 0; i < x->n_choices; i++) {
+		buf_deinit(&x->choices[i].text);
+		free(x->choices[i].lps);
+	}
+	free(x->choices);
+	free(x->bias);
+	free(x->stops);
+	buf_deinit(&x->chat_text);
+	buf_deinit(&x->out);
+	if (x->chat)
+		api_chat_req_free(&x->chreq);
+	else
+		api_completion_req_free(&x->creq);
+	free(x);
+}
+
+static void session_maybe_free(struct srv_session *x)
+{
+	if (!x->r && !x->work_pending && x->n_live == 0)
+		session_free(x);
+}
+
+int gen_n_sessions(const struct srv *s)
+{
+	int n = 0;
+	for (const struct srv_session *x = s->sessions; x; x = x->next)
+		n++;
+	return n;
+}
+
+static void cancel_live(struct srv_session *x)
+{
+	for (int i = 0; i < x->n_prompts; i++)
+		if (x->prompts[i].live)
+			bat_cancel(x->s->bat, x->prompts[i].bat_id);
+}
+
+/* ---- answering ------------------------------------------------------------------ */
+
+/* An error before any generation output: answer it and remember that we did. */
+static void early_error(struct srv_session *x, const struct api_error *e)
+{
+	x->answered = true;
+	x->s->m.requests_error++;
+	if (x->r)
+		srv_respond_error(x->s, x->r, e);
+}
+
+static void stream_flush(struct srv_session *x)
+{
+	if (x->r && x->out.len)
+		http_stream_write(x->r, x->out.data, x->out.len);
+	buf_clear(&x->out);
+}
+
+/* Fail the request: an error body, or an error event if the stream started. */
+static void session_fail(struct srv_session *x, const struct api_error *e)
+{
+	struct srv *s = x->s;
+	s->m.requests_error++;
+	if (!x->r)
+		return;
+	if (x->stream_started) {
+		buf_clear(&x->out);
+		api_stream_error(&x->st, &x->out, e);
+		stream_flush(x);
+		http_stream_end(x->r);
+	} else {
+		srv_respond_error(s, x->r, e);
+	}
+}
+
+static void fill_logprobs(struct srv_session *x, const struct sess_choice *c,
+			  struct api_token_logprob *tl, struct api_top_logprob *tops,
+			  struct buf *texts, size_t *offs)
+{
+	/* decode each token alone; texts holds them back to back */
+	const struct tokenizer *tok = x->s->tok;
+	size_t n_text = 0;
+	for (size_t i = 0; i < c->n_lps; i++) {
+		const struct lp_entry *e = &c->lps[i];
+		offs[n_text++] = texts->len;
+		tok_decode(tok, &e->token, 1, 0, texts);
+		for (int k = 0; k < e->n_top; k++) {
+			offs[n_text++] = texts->len;
+			tok_decode(tok, &e->top[k].token, 1, 0, texts);
+		}
+	}
+	offs[n_text] = texts->len;
+	size_t t = 0, top_i = 0;
+	int32_t text_off = 0;
+	for (size_t i = 0; i < c->n_lps; i++) {
+		const struct lp_entry *e = &c->lps[i];
+		tl[i].token = texts->data + offs[t];
+		tl[i].token_len = offs[t + 1] - offs[t];
+		tl[i].logprob = e->logprob;
+		tl[i].text_offset = text_off;
+		text_off += (int32_t)tl[i].token_len;
+		t++;
+		tl[i].top = &tops[top_i];
+		tl[i].n_top = e->n_top;
+		for (int k = 0; k < e->n_top; k++, t++, top_i++) {
+			tops[top_i].token = texts->data + offs[t];
+			tops[top_i].token_len = offs[t + 1] - offs[t];
+			tops[top_i].logprob = e->top[k].logprob;
+		}
+	}
+}
+
+/* Render logprobs for choice c (all of them, or only entries [from, n_lps)). */
+struct lp_render {
+	struct api_logprobs lp;
+	struct api_token_logprob *tl;
+	struct api_top_logprob *tops;
+	struct buf texts;
+	size_t *offs;
+};
+
+static int lp_render_init(struct srv_session *x, const struct sess_choice *c, size_t from,
+			  struct lp_render *o)
+{
+	memset(o, 0, sizeof *o);
+	buf_init(&o->texts);
+	struct sess_choice view = *c;
+	view.lps = c->lps + from;
+	view.n_lps = c->n_lps - from;
+	size_t n_top = 0;
+	for (size_t i = 0; i < view.n_lps; i++)
+		n_top += (size_t)view.lps[i].n_top;
+	o->tl = calloc(view.n_lps + 1, sizeof *o->tl);
+	o->tops = calloc(n_top + 1, sizeof *o->tops);
+	o->offs = calloc(view.n_lps + n_top + 1, sizeof *o->offs);
+	if (!o->tl || !o->tops || !o->offs)
+		return -1;
+	fill_logprobs(x, &view, o->tl, o->tops, &o->texts, o->offs);
+	o->lp.tokens = o->tl;
+	o->lp.n_tokens = view.n_lps;
+	return 0;
+}
+
+static void lp_render_deinit(struct lp_render *o)
+{
+	free(o->tl);
+	free(o->tops);
+	free(o->offs);
+	buf_deinit(&o->texts);
+}
+
+static void session_complete(struct srv_session *x)
+{
+	struct srv *s = x->s;
+	if (x->answered)
+		return;
+	if (x->failed) {
+		session_fail(x, &x->fail);
+		return;
+	}
+	s->m.requests_ok++;
+	s->m.prompt_tokens += (uint64_t)x->prompt_tokens;
+	s->m.generation_tokens += (uint64_t)x->completion_tokens;
+	srv_hist_observe(&s->m.e2e, clock_now_s() - x->t0);
+	if (!x->r)
+		return;
+	struct api_usage u = { x->prompt_tokens, x->completion_tokens };
+	if (x->stream_started) {
+		buf_clear(&x->out);
+		api_stream_end(&x->st, &x->out, &u);
+		stream_flush(x);
+		http_stream_end(x->r);
+		return;
+	}
+	struct api_choice *ch = calloc((size_t)x->n_choices, sizeof *ch);
+	struct lp_render *lr = calloc((size_t)x->n_choices, sizeof *lr);
+	if (!ch || !lr) {
+		free(ch);
+		free(lr);
+		struct api_error e;
+		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory rendering the response");
+		srv_respond_error(s, x->r, &e);
+		return;
+	}
+	for (int i = 0; i < x->n_choices; i++) {
+		struct sess_choice *c = &x->choices[i];
+		ch[i].index = i;
+		ch[i].text = c->text.data ? c->text.data : "";
+		ch[i].text_len = c->text.len;
+		ch[i].finish_reason = c->finish;
+		if (x->logprobs >= 0 && lp_render_init(x, c, 0, &lr[i]) == 0)
+			ch[i].logprobs = &lr[i].lp;
+	}
+	struct api_meta meta = { x->id, s->model_name, s->created };
+	struct buf body;
+	buf_init(&body);
+	if (x->chat)
+		api_render_chat_completion(&body, &meta, ch, x->n_choices, &u);
+	else
+		api_render_completion(&body, &meta, ch, x->n_choices, &u);
+	srv_respond_json(s, x->r, 200, &body);
+	buf_deinit(&body);
+	for (int i = 0; i < x->n_choices; i++)
+		lp_render_deinit(&lr[i]);
+	free(lr);
+	free(ch);
+}
+
+/* ---- events from the batcher ------------------------------------------------------ */
+
+static int sub_index(const struct srv_session *x, uint64_t bat_id)
+{
+	for (int i = 0; i < x->n_prompts; i++)
+		if (x->prompts[i].bat_id == bat_id)
+			return i;
+	return -1;
+}
+
+static void on_token(struct srv_session *x, struct sess_choice *c, int choice,
+		     const struct bat_event *ev)
+{
+	struct srv *s = x->s;
+	double now = clock_now_s();
+	if (!x->first_token_seen) {
+		x->first_token_seen = true;
+		srv_hist_observe(&s->m.ttft, now - x->t0);
+	}
+	if (c->t_last_token > 0)
+		srv_hist_observe(&s->m.itl, now - c->t_last_token);
+	c->t_last_token = now;
+	size_t lp_from = c->n_lps;
+	if (ev->has_logprobs && x->logprobs >= 0) {
+		if (c->n_lps == c->cap_lps) {
+			size_t cap = c->cap_lps ? c->cap_lps * 2 : 16;
+			struct lp_entry *p = realloc(c->lps, cap * sizeof *p);
+			if (!p)
+				return;
+			c->lps = p;
+			c->cap_lps = cap;
+		}
+		struct lp_entry *e = &c->lps[c->n_lps++];
+		e->token = ev->token;
+		e->logprob = ev->lp.logprob;
+		e->n_top = ev->lp.n_top < x->logprobs ? ev->lp.n_top : x->logprobs;
+		memcpy(e->top, ev->lp.top, (size_t)e->n_top * sizeof e->top[0]);
+	}
+	if (!x->stream_started) {
+		buf_append(&c->text, ev->text ? ev->text : "", ev->text_len);
+		return;
+	}
+	if (ev->text_len == 0 && c->n_lps == lp_from)
+		return; /* nothing to show yet */
+	struct lp_render lr;
+	bool has_lp = c->n_lps > lp_from && lp_render_init(x, c, lp_from, &lr) == 0;
+	buf_clear(&x->out);
+	api_stream_delta(&x->st, &x->out, choice, ev->text ? ev->text : "", ev->text_len,
+			 has_lp ? &lr.lp : NULL);
+	if (c->n_lps > lp_from)
+		lp_render_deinit(&lr);
+	stream_flush(x);
+}
+
+static void on_event(struct srv *s, struct bat_event *ev)
+{
+	struct srv_session *x = ev->user;
+	int k = sub_index(x, ev->request_id);
+	if (k < 0)
+		return;
+	int choice = k * x->n + ev->index;
+	struct sess_choice *c = choice >= 0 && choice < x->n_choices ? &x->choices[choice] : NULL;
+	switch (ev->kind) {
+	case BAT_EV_TOKEN:
+		if (c && x->r && !x->failed)
+			on_token(x, c, choice, ev);
+		break;
+	case BAT_EV_FINISH:
+		if (!c)
+			break;
+		c->finish = finish_reason_str(ev->finish);
+		if (x->stream_started && x->r && !x->failed) {
+			buf_clear(&x->out);
+			api_stream_finish(&x->st, &x->out, choice, "", 0, NULL,
+					  c->finish ? c->finish : "stop");
+			stream_flush(x);
+		}
+		break;
+	case BAT_EV_DONE:
+	case BAT_EV_ERROR:
+		if (ev->kind == BAT_EV_DONE) {
+			x->prompt_tokens += ev->prompt_tokens;
+			x->completion_tokens += ev->completion_tokens;
+			if (ev->t_first_scheduled_ns >= ev->t_arrival_ns && ev->t_arrival_ns)
+				srv_hist_observe(&s->m.queue,
+						 (double)(ev->t_first_scheduled_ns - ev->t_arrival_ns) *
+							 1e-9);
+		} else if (!x->failed) {
+			x->failed = true;
+			api_error_from_err(&x->fail, ev->err, NULL, "generation failed: %s",
+					   ev->msg[0] ? ev->msg : err_str(ev->err));
+			if (x->fail.status < 500) /* an engine failure is the server's fault */
+				x->fail.status = 500, x->fail.type = "server_error";
+			cancel_live(x);
+		}
+		if (x->prompts[k].live) {
+			x->prompts[k].live = false;
+			x->n_live--;
+		}
+		if (x->n_live == 0)
+			session_complete(x);
+		session_maybe_free(x);
+		break;
+	}
+}
+
+void gen_drain_events(struct srv *s)
+{
+	struct bat_event evs[64];
+	int n;
+	if (!s->bat)
+		return;
+	while ((n = bat_poll_events(s->bat, evs, 64)) > 0) {
+		for (int i = 0; i < n; i++) {
+			on_event(s, &evs[i]);
+			bat_event_clear(&evs[i]);
+		}
+	}
+}
+
+/* ---- submission -------------------------------------------------------------------- */
+
+static void tokenize_work(uv_work_t *w)
+{
+	struct srv_session *x = w->data;
+	const struct tokenizer *tok = x->s->tok;
+	x->work_rc = 0;
+	for (int i = 0; i < x->n_prompts; i++) {
+		struct sess_prompt *p = &x->prompts[i];
+		if (x->chat) {
+			x->work_rc = tok_encode(tok, x->chat_text.data ? x->chat_text.data : "",
+						x->chat_text.len, x->enc_flags, &p->ids, &p->n_ids);
+		} else {
+			const struct api_prompt *ap = &x->creq.prompts[i];
+			if (ap->is_tokens) {
+				p->ids = malloc((ap->n_tokens ? ap->n_tokens : 1) * sizeof *p->ids);
+				if (!p->ids) {
+					x->work_rc = ERR_NOMEM;
+				} else {
+					memcpy(p->ids, ap->tokens, ap->n_tokens * sizeof *p->ids);
+					p->n_ids = ap->n_tokens;
+				}
+				if (!x->work_rc && x->echo) {
+					struct buf t;
+					buf_init(&t);
+					x->work_rc = tok_decode(tok, p->ids, p->n_ids, 0, &t);
+					p->echo = buf_take(&t, &p->echo_len);
+				}
+			} else {
+				x->work_rc = tok_encode(tok, ap->text, ap->text_len, x->enc_flags,
+							&p->ids, &p->n_ids);
+				if (!x->work_rc && x->echo) {
+					p->echo = malloc(ap->text_len + 1);
+					if (p->echo) {
+						memcpy(p->echo, ap->text, ap->text_len + 1);
+						p->echo_len = ap->text_len;
+					}
+				}
+			}
+		}
+		if (x->work_rc) {
+			x->work_bad_prompt = i;
+			return;
+		}
+	}
+}
+
+static void build_params(struct srv_session *x, int32_t max_tokens, struct sampling_params *p)
+{
+	const struct api_sampling *a = x->samp;
+	sampling_params_init(p);
+	if (a->has_temperature)
+		p->temperature = a->temperature;
+	if (a->has_top_p)
+		p->top_p = a->top_p;
+	if (a->has_top_k)
+		p->top_k = a->top_k == 0 ? -1 : a->top_k;
+	if (a->has_min_p)
+		p->min_p = a->min_p;
+	if (a->has_repetition_penalty)
+		p->repetition_penalty = a->repetition_penalty;
+	p->presence_penalty = a->presence_penalty;
+	p->frequency_penalty = a->frequency_penalty;
+	p->logit_bias = x->bias;
+	p->n_logit_bias = a->n_logit_bias;
+	p->min_tokens = a->min_tokens;
+	p->max_tokens = max_tokens;
+	p->ignore_eos = a->ignore_eos;
+	p->stop_token_ids = a->stop_token_ids;
+	p->n_stop_token_ids = a->n_stop_token_ids;
+	p->stop = x->stops;
+	p->n_stop = a->n_stop;
+	p->has_seed = a->has_seed;
+	p->seed = (uint64_t)a->seed;
+	p->logprobs = x->logprobs;
+}
+
+static int submit_all(struct srv_session *x, struct api_error *e)
+{
+	struct srv *s = x->s;
+	for (int i = 0; i < x->n_prompts; i++) {
+		struct sess_prompt *p = &x->prompts[i];
+		int32_t mt;
+		if (api_resolve_max_tokens(x->has_max_tokens, x->max_tokens, p->n_ids,
+					   s->max_model_len, &s->limits, x->chat, &mt, e))
+			return -1;
+		struct bat_request br = {
+			.id = s->next_bat_id++,
+			.prompt = p->ids,
+			.n_prompt = (int)p->n_ids,
+			.n = x->n,
+			.user = x,
+		};
+		build_params(x, mt, &br.params);
+		struct diag d = { 0 };
+		int rc = bat_submit(s->bat, &br, &d);
+		if (rc == ERR_FULL) {
+			api_error_queue_full(e, 1);
+			return -1;
+		}
+		if (rc) {
+			api_error_from_err(e, rc, NULL, "%s", d.msg[0] ? d.msg : err_str(rc));
+			if (e->status >= 500 && rc != ERR_STATE)
+				e->status = 400, e->type = "invalid_request_error";
+			return -1;
+		}
+		p->bat_id = br.id;
+		p->live = true;
+		x->n_live++;
+	}
+	return 0;
+}
+
+static void start_stream(struct srv_session *x)
+{
+	struct srv *s = x->s;
+	struct api_meta meta = { x->id, s->model_name, s->created };
+	api_stream_init(&x->st, x->chat ? API_STREAM_CHAT : API_STREAM_COMPLETION, &meta,
+			x->n_choices, x->include_usage);
+	/* api_stream borrows meta's strings: point them at the session's copies */
+	x->st.meta.id = x->id;
+	x->st.meta.model = s->model_name;
+	http_stream_start(x->r, 200, "text/event-stream", NULL, 0);
+	x->stream_started = true;
+	if (x->echo) {
+		buf_clear(&x->out);
+		for (int i = 0; i < x->n_choices; i++) {
+			const struct sess_prompt *p = &x->prompts[i / x->n];
+			if (p->echo_len)
+				api_stream_delta(&x->st, &x->out, i, p->echo, p->echo_len, NULL);
+		}
+		stream_flush(x);
+	}
+}
+
+static void tokenize_done(uv_work_t *w, int status)
+{
+	struct srv_session *x = w->data;
+	struct srv *s = x->s;
+	x->work_pending = false;
+	if (!x->r || !s->bat) {
+		if (x->r) {
+			struct api_error e;
+			api_error_unavailable(&e, "the server is shutting down", 0);
+			early_error(x, &e);
+		}
+		session_maybe_free(x);
+		return;
+	}
+	struct api_error e;
+	if (status || x->work_rc) {
+		int rc = status ? ERR_CANCELLED : x->work_rc;
+		api_error_from_err(&e, rc, x->chat ? "messages" : "prompt",
+				   "cannot tokenize prompt %d: %s", x->work_bad_prompt, err_str(rc));
+		early_error(x, &e);
+		return;
+	}
+	if (submit_all(x, &e)) {
+		cancel_live(x);
+		early_error(x, &e);
+		return; /* freed when the cancelled requests report back and the request closes */
+	}
+	if (x->echo)
+		for (int i = 0; i < x->n_choices; i++) {
+			const struct sess_prompt *p = &x->prompts[i / x->n];
+			if (p->echo)
+				buf_append(&x->choices[i].text, p->echo, p->echo_len);
+		}
+	if (x->stream)
+		start_stream(x);
+}
+
+static struct srv_session *session_new(struct srv *s, struct http_req *r, bool chat)
+{
+	struct srv_session *x = calloc(1, sizeof *x);
+	if (!x)
+		return NULL;
+	x->s = s;
+	x->r = r;
+	x->chat = chat;
+	x->t0 = http_req_start_time(r);
+	buf_init(&x->chat_text);
+	buf_init(&x->out);
+	api_format_id(x->id, sizeof x->id, chat ? "chatcmpl-" : "cmpl-", http_req_id(r));
+	x->next = s->sessions;
+	if (s->sessions)
+		s->sessions->prev = x;
+	s->sessions = x;
+	http_req_set_ctx(r, x);
+	return x;
+}
+
+/* Everything after parsing, shared by both endpoints. */
+static void session_start(struct srv_session *x, const char *model)
+{
+	struct srv *s = x->s;
+	struct api_error e;
+	if (model && strcmp(model, s->model_name) != 0) {
+		api_error_model_not_found(&e, model);
+		early_error(x, &e);
+		return;
+	}
+	const struct api_sampling *a = x->samp;
+	if (x->stream && (int64_t)x->n_prompts * x->n > API_MAX_N_HARD) {
+		api_error_set(&e, ERR_RANGE, 400, NULL, "n", NULL,
+			      "a stream carries at most %d choices (prompts x n = %d)", API_MAX_N_HARD,
+			      x->n_prompts * x->n);
+		early_error(x, &e);
+		return;
+	}
+	x->prompts = calloc((size_t)x->n_prompts, sizeof *x->prompts);
+	x->n_choices = x->n_prompts * x->n;
+	x->choices = calloc((size_t)x->n_choices, sizeof *x->choices);
+	x->bias = calloc((size_t)a->n_logit_bias + 1, sizeof *x->bias);
+	x->stops = calloc((size_t)a->n_stop + 1, sizeof *x->stops);
+	if (!x->prompts || !x->choices || !x->bias || !x->stops) {
+		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
+		early_error(x, &e);
+		return;
+	}
+	for (int i = 0; i < x->n_choices; i++)
+		buf_init(&x->choices[i].text);
+	for (int i = 0; i < a->n_logit_bias; i++)
+		x->bias[i] = (struct sampler_logit_bias){ a->bias_token[i], a->bias_value[i] };
+	for (int i = 0; i < a->n_stop; i++)
+		x->stops[i] = a->stop[i];
+	/* check the sampling fields now, so a bad one is a 400 before any work */
+	struct sampling_params p;
+	build_params(x, -1, &p);
+	struct diag d = { 0 };
+	int rc = sampling_params_validate(&p, s->limits.n_vocab, &d);
+	if (rc) {
+		api_error_from_err(&e, rc, NULL, "%s", d.msg[0] ? d.msg : err_str(rc));
+		if (e.status >= 500)
+			e.status = 400, e.type = "invalid_request_error";
+		early_error(x, &e);
+		return;
+	}
+	x->work.data = x;
+	x->work_pending = true;
+	http_defer(x->r);
+	uv_queue_work(s->loop, &x->work, tokenize_work, tokenize_done);
+}
+
+void gen_handle_completion(struct srv *s, struct http_req *r)
+{
+	struct srv_session *x = session_new(s, r, false);
+	struct api_error e;
+	if (!x) {
+		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
+		srv_respond_error(s, r, &e);
+		return;
+	}
+	size_t len;
+	const char *body = http_req_body(r, &len);
+	if (api_parse_completion(body, len, &s->limits, &x->creq, &e)) {
+		/* creq is left freed: make session_free's call harmless */
+		memset(&x->creq, 0, sizeof x->creq);
+		arena_init(&x->creq.arena, 0);
+		early_error(x, &e);
+		return;
+	}
+	if (x->creq.echo && x->creq.logprobs >= 0) {
+		api_error_set(&e, ERR_UNSUPPORTED, 400, NULL, "echo", NULL,
+			      "echo together with logprobs (prompt logprobs) is not supported");
+		early_error(x, &e);
+		return;
+	}
+	x->samp = &x->creq.s;
+	x->has_max_tokens = x->creq.has_max_tokens;
+	x->max_tokens = x->creq.max_tokens;
+	x->n = x->creq.n;
+	x->logprobs = x->creq.logprobs;
+	x->stream = x->creq.stream;
+	x->include_usage = x->creq.include_usage;
+	x->echo = x->creq.echo;
+	x->n_prompts = x->creq.n_prompts;
+	/* completions: HF tokenizers add BOS and read special-token text (vLLM's default) */
+	x->enc_flags = TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL;
+	session_start(x, x->creq.model);
+}
+
+void gen_handle_chat(struct srv *s, struct http_req *r)
+{
+	struct srv_session *x = session_new(s, r, true);
+	struct api_error e;
+	if (!x) {
+		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
+		srv_respond_error(s, r, &e);
+		return;
+	}
+	size_t len;
+	const char *body = http_req_body(r, &len);
+	if (api_parse_chat(body, len, &s->limits, &x->chreq, &e)) {
+		memset(&x->chreq, 0, sizeof x->chreq);
+		arena_init(&x->chreq.arena, 0);
+		early_error(x, &e);
+		return;
+	}
+	bool has_bos = false;
+	if (api_chat_render(&s->tmpl, x->chreq.msgs, x->chreq.n_msgs, true, &x->chat_text, &has_bos,
+			    &e)) {
+		early_error(x, &e);
+		return;
+	}
+	x->samp = &x->chreq.s;
+	x->has_max_tokens = x->chreq.has_max_tokens;
+	x->max_tokens = x->chreq.max_tokens;
+	x->n = x->chreq.n;
+	x->logprobs = x->chreq.logprobs ? x->chreq.top_logprobs : -1;
+	x->stream = x->chreq.stream;
+	x->include_usage = x->chreq.include_usage;
+	x->n_prompts = 1;
+	/* the template text carries the special tokens (and BOS, when it emits it) */
+	x->enc_flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : TOK_ADD_SPECIAL);
+	session_start(x, x->chreq.model);
+}
+
+/* ---- closing ------------------------------------------------------------------------ */
+
+void gen_on_close(struct srv *s, struct http_req *r, bool completed)
+{
+	struct srv_session *x = http_req_ctx(r);
+	double ms = (clock_now_s() - x->t0) * 1000.0;
+	log_info("access",
+		 "req=%llu %s %s status=%d prompt_tokens=%lld completion_tokens=%lld "
+		 "time_ms=%.1f%s",
+		 (unsigned long long)http_req_id(r), http_req_method(r), http_req_path(r),
+		 http_req_status(r), (long long)x->prompt_tokens, (long long)x->completion_tokens,
+		 ms, completed ? "" : " client_gone=1");
+	x->r = NULL;
+	if (x->n_live)
+		cancel_live(x); /* the client went away: free its KV blocks at the next step */
+	(void)s;
+	session_maybe_free(x);
+}
+
+void gen_abort_all(struct srv *s)
+{
+	struct api_error e;
+	api_error_unavailable(&e, "the server is shutting down", 0);
+	struct srv_session *x = s->sessions;
+	while (x) {
+		struct srv_session *next = x->next;
+		cancel_live(x);
+		x->n_live = 0; /* the batcher is going away: no terminal events will come */
+		for (int i = 0; i < x->n_prompts; i++)
+			x->prompts[i].live = false;
+		if (x->r && !x->work_pending) {
+			if (x->stream_started) {
+				buf_clear(&x->out);
+				api_stream_error(&x->st, &x->out, &e);
+				stream_flush(x);
+				http_stream_end(x->r);
+			} else if (!http_req_status(x->r)) {
+				srv_respond_error(s, x->r, &e);
+			}
+		}
+		session_maybe_free(x);
+		x = next;
+	}
+}

@@ -696,6 +696,28 @@ static void truncate_top_k(struct cands *c, int k, const float *l, float mx,
 	c->n = k;
 }
 
+/* Peaked distributions (the usual case) have a tiny nucleus: look for it
+ * among the 64 most likely candidates first (one cheap heap pass). True when
+ * found; then c is the nucleus, in spare. */
+static bool top_p_head(struct cands *c, double target, const float *l,
+		       const struct sampler_scratch *sc, int32_t *spare)
+{
+	enum { HEAD = 64 };
+	struct cands head = *c;
+	truncate_top_k_heap(&head, HEAD, l, spare);
+	sort_desc(spare, HEAD, l);
+	double cum = 0.0;
+	for (int j = 0; j < HEAD; j++) {
+		cum += (double)sc->prob[spare[j]];
+		if (cum >= target) {
+			c->ids = spare;
+			c->n = j + 1;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Keep the smallest most-likely prefix whose mass reaches top_p * mass. */
 static void truncate_top_p(struct cands *c, float top_p, double mass, const float *l, float mx,
 			   struct sampler_scratch *sc, int32_t *spare)
@@ -709,6 +731,8 @@ static void truncate_top_p(struct cands *c, float top_p, double mass, const floa
 			spare[i] = cand_at(c, i);
 		n_eq = c->n;
 	} else {
+		if (top_p_head(c, target, l, sc, spare))
+			return;
 		uint32_t *hn = sc->hist_n;
 		double *hm = sc->hist_mass;
 		memset(hn, 0, sizeof(*hn) * SAMPLER__NB);

@@ -266,6 +266,51 @@ static int spm_emit(struct enc *e, const char *w, const struct sym *s, int32_t *
 	return 0;
 }
 
+/* Short words: keep each adjacent pair's priority in an array and scan it for
+ * the best (same order as the heap: lowest key = best rank, then leftmost),
+ * recomputing only the two pairs a merge changes. */
+#define SMALL_WORD 48
+
+static void bpe_small(const struct tokenizer *t, const char *w, struct sym *s, size_t ns)
+{
+	uint64_t key[SMALL_WORD];
+	uint32_t aux[SMALL_WORD];
+	struct heap_ent he;
+	for (size_t i = 0; i < ns; i++) {
+		bool ok = i + 1 < ns && pair_entry(t, w, &s[i], &s[i + 1], (int32_t)i, &he);
+		key[i] = ok ? he.key : UINT64_MAX;
+		aux[i] = ok ? he.aux : 0;
+	}
+	for (;;) {
+		uint64_t best = UINT64_MAX;
+		int32_t bi = -1;
+		for (int32_t i = 0; i >= 0; i = s[i].next)
+			if (key[i] < best) {
+				best = key[i];
+				bi = i;
+			}
+		if (bi < 0)
+			break;
+		struct sym *a = &s[bi], *b = &s[a->next];
+		if (t->model == TOK_MODEL_BPE)
+			a->id = (int32_t)aux[bi];
+		a->len += b->len;
+		b->len = 0;
+		a->next = b->next;
+		if (b->next >= 0)
+			s[b->next].prev = bi;
+		bool ok = a->next >= 0 && pair_entry(t, w, a, &s[a->next], bi, &he);
+		key[bi] = ok ? he.key : UINT64_MAX;
+		aux[bi] = ok ? he.aux : 0;
+		if (a->prev >= 0) {
+			int32_t p = a->prev;
+			ok = pair_entry(t, w, &s[p], a, p, &he);
+			key[p] = ok ? he.key : UINT64_MAX;
+			aux[p] = ok ? he.aux : 0;
+		}
+	}
+}
+
 static int bpe_word(struct enc *e, const char *w, size_t n, bool byte_mapped, int32_t **ids, size_t *n_ids,
 		    size_t *cap)
 {
@@ -299,6 +344,10 @@ static int bpe_word(struct enc *e, const char *w, size_t n, bool byte_mapped, in
 	for (size_t i = 0; i < ns; i++) {
 		s[i].prev = (int32_t)i - 1;
 		s[i].next = i + 1 < ns ? (int32_t)i + 1 : -1;
+	}
+	if (ns <= SMALL_WORD) {
+		bpe_small(t, w, s, ns);
+		goto emit;
 	}
 	size_t hn = 0;
 	for (size_t i = 0; i + 1 < ns; i++) {
@@ -334,6 +383,7 @@ static int bpe_word(struct enc *e, const char *w, size_t n, bool byte_mapped, in
 		if (a->next >= 0 && pair_entry(t, w, a, &s[a->next], pos, &he))
 			heap_push(e->heap, &hn, he);
 	}
+emit:
 	for (int32_t i = ns ? 0 : -1; i >= 0; i = s[i].next) {
 		if (t->model == TOK_MODEL_SPM)
 			rc = spm_emit(e, w, &s[i], ids, n_ids, cap);

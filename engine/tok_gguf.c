@@ -368,16 +368,16 @@ static int merges_by_rank(const struct tokenizer *t, struct buf *text, size_t **
 		return ERR_NOMEM;
 	}
 	memset(pair, 0xff, (n ? n : 1) * sizeof(uint64_t));
-	for (size_t i = 0; m->keys && i <= m->mask; i++) {
-		if (m->keys[i] == UINT64_MAX)
+	for (size_t i = 0; m->ent && i <= m->mask; i++) {
+		if (m->ent[i].key == UINT64_MAX)
 			continue;
-		uint64_t rank = m->vals[i] >> 32;
+		uint64_t rank = m->ent[i].val >> 32;
 		if (rank >= n) {
 			free(pair);
 			free(off);
 			return ERR_INTERNAL; /* ranks are 0..n-1 */
 		}
-		pair[rank] = m->keys[i];
+		pair[rank] = m->ent[i].key;
 	}
 	int rc = 0;
 	for (uint64_t r = 0; r < n && !rc; r++) {
@@ -470,11 +470,11 @@ static int export_gguf(const struct tokenizer *t, struct gguf_writer *w, struct 
 		for (size_t i = 0; i < n; i++)
 			scores[i] = t->scores ? t->scores[i] : -INFINITY;
 		const struct tok_u64map *m = &t->merges;
-		for (size_t i = 0; !t->scores && m->keys && i <= m->mask; i++) {
-			if (m->keys[i] == UINT64_MAX)
+		for (size_t i = 0; !t->scores && m->ent && i <= m->mask; i++) {
+			if (m->ent[i].key == UINT64_MAX)
 				continue;
-			uint32_t c = (uint32_t)m->vals[i];
-			float sc = -(float)(m->vals[i] >> 32);
+			uint32_t c = (uint32_t)m->ent[i].val;
+			float sc = -(float)(m->ent[i].val >> 32);
 			if (c < n && sc > scores[c])
 				scores[c] = sc;
 		}

@@ -28,18 +28,23 @@ struct tok_span {
 	uint32_t off, len;
 };
 
-/* piece -> id, open addressing; slots hold id+1 (0 = empty), the key text is
- * the piece of that id in the pool. */
+/* piece -> id, open addressing; a slot holds id+1 (0 = empty) in its low 32
+ * bits and the key's hash's high 32 bits above, so most misses never touch the
+ * pool; the key text is the piece of that id. */
 struct tok_strmap {
-	uint32_t *slots;
+	uint64_t *slots;
 	size_t mask;
 	size_t n;
 };
 
-/* u64 -> u64, open addressing; key UINT64_MAX marks an empty slot. */
+/* u64 -> u64, open addressing; key UINT64_MAX marks an empty slot. Key and
+ * value share a slot so a lookup touches one cache line. */
+struct tok_kv {
+	uint64_t key, val;
+};
+
 struct tok_u64map {
-	uint64_t *keys;
-	uint64_t *vals;
+	struct tok_kv *ent;
 	size_t mask;
 	size_t n;
 };
@@ -50,13 +55,13 @@ void tok_u64map_deinit(struct tok_u64map *m);
 int tok_u64map_put(struct tok_u64map *m, uint64_t key, uint64_t val); /* keeps the first value */
 static inline bool tok_u64map_get(const struct tok_u64map *m, uint64_t key, uint64_t *val)
 {
-	if (!m->keys)
+	if (!m->ent)
 		return false;
 	size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 17) & m->mask;
 	for (;;) {
-		uint64_t k = m->keys[i];
+		uint64_t k = m->ent[i].key;
 		if (k == key) {
-			*val = m->vals[i];
+			*val = m->ent[i].val;
 			return true;
 		}
 		if (k == UINT64_MAX)

@@ -56,21 +56,17 @@ int tok_u64map_init(struct tok_u64map *m, size_t expect)
 	memset(m, 0, sizeof(*m));
 	if (table_size(expect, &cap))
 		return ERR_OVERFLOW;
-	m->keys = malloc(cap * sizeof(uint64_t));
-	m->vals = malloc(cap * sizeof(uint64_t));
-	if (!m->keys || !m->vals) {
-		tok_u64map_deinit(m);
+	m->ent = malloc(cap * sizeof(*m->ent));
+	if (!m->ent)
 		return ERR_NOMEM;
-	}
-	memset(m->keys, 0xff, cap * sizeof(uint64_t));
+	memset(m->ent, 0xff, cap * sizeof(*m->ent));
 	m->mask = cap - 1;
 	return 0;
 }
 
 void tok_u64map_deinit(struct tok_u64map *m)
 {
-	free(m->keys);
-	free(m->vals);
+	free(m->ent);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -81,8 +77,8 @@ static int u64map_grow(struct tok_u64map *m)
 	if (rc)
 		return rc;
 	for (size_t i = 0; i <= m->mask; i++)
-		if (m->keys[i] != UINT64_MAX)
-			tok_u64map_put(&n2, m->keys[i], m->vals[i]);
+		if (m->ent[i].key != UINT64_MAX)
+			tok_u64map_put(&n2, m->ent[i].key, m->ent[i].val);
 	tok_u64map_deinit(m);
 	*m = n2;
 	return 0;
@@ -98,13 +94,13 @@ int tok_u64map_put(struct tok_u64map *m, uint64_t key, uint64_t val)
 			return rc;
 	}
 	size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 17) & m->mask;
-	while (m->keys[i] != UINT64_MAX) {
-		if (m->keys[i] == key)
+	while (m->ent[i].key != UINT64_MAX) {
+		if (m->ent[i].key == key)
 			return 0;
 		i = (i + 1) & m->mask;
 	}
-	m->keys[i] = key;
-	m->vals[i] = val;
+	m->ent[i].key = key;
+	m->ent[i].val = val;
 	m->n++;
 	return 0;
 }
@@ -182,7 +178,7 @@ int tok_strmap_build(struct tokenizer *t, struct tok_strmap *m, uint8_t need_att
 	if (table_size((size_t)t->n_ids, &cap))
 		return ERR_OVERFLOW;
 	free(m->slots);
-	m->slots = calloc(cap, sizeof(uint32_t));
+	m->slots = calloc(cap, sizeof(uint64_t));
 	if (!m->slots)
 		return ERR_NOMEM;
 	m->mask = cap - 1;
@@ -191,18 +187,20 @@ int tok_strmap_build(struct tokenizer *t, struct tok_strmap *m, uint8_t need_att
 		if (!(t->attr[id] & need_attr))
 			continue;
 		struct tok_span sp = t->piece[id];
-		size_t i = (size_t)tok_hash(t->pool + sp.off, sp.len) & m->mask;
+		uint64_t h = tok_hash(t->pool + sp.off, sp.len);
+		size_t i = (size_t)h & m->mask;
 		bool dup = false;
 		while (m->slots[i]) {
-			struct tok_span o = t->piece[m->slots[i] - 1];
-			if (o.len == sp.len && !memcmp(t->pool + o.off, t->pool + sp.off, sp.len)) {
+			struct tok_span o = t->piece[(uint32_t)m->slots[i] - 1];
+			if ((m->slots[i] >> 32) == (h >> 32) && o.len == sp.len &&
+			    !memcmp(t->pool + o.off, t->pool + sp.off, sp.len)) {
 				dup = true; /* first id wins, as a JSON object's duplicate keys do */
 				break;
 			}
 			i = (i + 1) & m->mask;
 		}
 		if (!dup) {
-			m->slots[i] = (uint32_t)id + 1;
+			m->slots[i] = (h & 0xFFFFFFFF00000000ull) | ((uint32_t)id + 1);
 			m->n++;
 		}
 	}
@@ -213,11 +211,15 @@ int32_t tok_strmap_get(const struct tokenizer *t, const struct tok_strmap *m, co
 {
 	if (!m->slots)
 		return -1;
-	size_t i = (size_t)tok_hash(s, n) & m->mask;
+	uint64_t h = tok_hash(s, n);
+	size_t i = (size_t)h & m->mask;
 	while (m->slots[i]) {
-		struct tok_span o = t->piece[m->slots[i] - 1];
-		if (o.len == n && !memcmp(t->pool + o.off, s, n))
-			return (int32_t)m->slots[i] - 1;
+		uint64_t v = m->slots[i];
+		if ((v >> 32) == (h >> 32)) {
+			struct tok_span o = t->piece[(uint32_t)v - 1];
+			if (o.len == n && !memcmp(t->pool + o.off, s, n))
+				return (int32_t)(uint32_t)v - 1;
+		}
 		i = (i + 1) & m->mask;
 	}
 	return -1;
@@ -225,34 +227,60 @@ int32_t tok_strmap_get(const struct tokenizer *t, const struct tok_strmap *m, co
 
 /* ---- GPT-2 byte map ---- */
 
-static bool bl_printable(unsigned b)
-{
-	return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-}
+/* Byte b -> code point: printable bytes (33-126, 161-172, 174-255) map to
+ * themselves, the others to 256, 257, ... in byte order (GPT-2's bytes_to_unicode). */
+static const uint16_t bl_cp[256] = {
+	256, 257, 258, 259, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270, 271,
+	272, 273, 274, 275, 276, 277, 278, 279, 280, 281, 282, 283, 284, 285, 286, 287,
+	288, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+	48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+	64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+	80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
+	96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
+	112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 289,
+	290, 291, 292, 293, 294, 295, 296, 297, 298, 299, 300, 301, 302, 303, 304, 305,
+	306, 307, 308, 309, 310, 311, 312, 313, 314, 315, 316, 317, 318, 319, 320, 321,
+	322, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, 323, 174, 175,
+	176, 177, 178, 179, 180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191,
+	192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207,
+	208, 209, 210, 211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223,
+	224, 225, 226, 227, 228, 229, 230, 231, 232, 233, 234, 235, 236, 237, 238, 239,
+	240, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254, 255,
+};
+
+/* Code point (< 324) -> byte, -1 when not in the map. */
+static const int16_t bl_byte[324] = {
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+	48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+	64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79,
+	80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
+	96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
+	112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172, -1, 174, 175,
+	176, 177, 178, 179, 180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191,
+	192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207,
+	208, 209, 210, 211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223,
+	224, 225, 226, 227, 228, 229, 230, 231, 232, 233, 234, 235, 236, 237, 238, 239,
+	240, 241, 242, 243, 244, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254, 255,
+	0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+	32, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136, 137, 138, 139, 140, 141,
+	142, 143, 144, 145, 146, 147, 148, 149, 150, 151, 152, 153, 154, 155, 156, 157,
+	158, 159, 160, 173,
+};
 
 uint32_t tok_byte_to_cp(uint8_t b)
 {
-	if (bl_printable(b))
-		return b;
-	/* the non-printable bytes get 256, 257, ... in byte order */
-	unsigned k = 0;
-	for (unsigned i = 0; i < b; i++)
-		if (!bl_printable(i))
-			k++;
-	return 256 + k;
+	return bl_cp[b];
 }
 
 int tok_cp_to_byte(uint32_t cp)
 {
-	if (cp < 256)
-		return bl_printable(cp) ? (int)cp : -1;
-	if (cp >= 256 + 68)
-		return -1;
-	unsigned k = 0;
-	for (unsigned i = 0; i < 256; i++)
-		if (!bl_printable(i) && k++ == cp - 256)
-			return (int)i;
-	return -1;
+	return cp < 324 ? bl_byte[cp] : -1;
 }
 
 /* ---- UTF-8 ---- */

@@ -25,6 +25,8 @@ import json, sys
 name, a, h = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 same = "identical ids" if a["ids_fnv1a"] == h["ids_fnv1a"] and a["tokens"] == h["tokens"] else "IDS DIFFER"
 ra, rh = a["mb_per_s"], h["mb_per_s"]
-print("%-8s aorta %7.2f MB/s   hf %7.2f MB/s   ratio %.2fx   %d tokens, %s" % (name, ra, rh, ra / rh, a["tokens"], same))
+ca, ch = a["mb_per_cpu_s"], h["mb_per_cpu_s"]
+print("%-8s wall: aorta %7.2f MB/s  hf %7.2f MB/s  (%.2fx)   per CPU-second: aorta %7.2f  hf %7.2f  (%.2fx)   %d tokens, %s"
+      % (name, ra, rh, ra / rh, ca, ch, ca / ch, a["tokens"], same))
 ' "$name" "$a" "$h"
 done

@@ -105,7 +105,7 @@ static void make_requests(struct fixture *f, struct reqs *q)
 		ck_assert_int_lt((int)q->n_prompt[i], MAX_LEN - 40);
 		q->max_tokens[i] = 4 + (i * 7) % 30;
 		q->n_stop[i] = i % 4 == 1;
-		q->stop[i][0] = "e";
+		q->stop[i][0] = "\\h"; /* common in this model's (random) output */
 	}
 }
 
@@ -173,8 +173,8 @@ START_TEST(test_batched_equals_alone)
 		if (t->text[0].len)
 			ck_assert_mem_eq(t->text[0].data, a->text[0].data, t->text[0].len);
 		if (q.n_stop[i]) {
-			/* Text stops before the first "e"; "e" itself is never shown. */
-			ck_assert(!t->text[0].data || !strchr(t->text[0].data, 'e'));
+			/* Text stops before the stop string, which is never shown. */
+			ck_assert(!t->text[0].data || !strstr(t->text[0].data, "\\h"));
 			n_stopped += t->fin[0] == FINISH_STOP;
 		}
 		if (!q.n_stop[i] && t->fin[0] == FINISH_LENGTH) {
@@ -193,6 +193,7 @@ START_TEST(test_batched_equals_alone)
 		free(q.prompt[i]);
 	}
 	fprintf(stderr, "real engine: %d requests ended on the stop string\n", n_stopped);
+	ck_assert_int_gt(n_stopped, 0);
 	waiter_deinit(&w);
 	fixture_deinit(&f);
 }

@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,79 @@ START_TEST(test_stream_partial)
 }
 END_TEST
 
+/* One loaded tokenizer shared by several threads: each encodes and decodes
+ * every fixture text (different starting points) and must get what one thread
+ * gets (the server tokenizes on a worker pool, detokenizes on the engine thread). */
+struct mt_job {
+	const struct tokenizer *t;
+	char **texts;
+	int32_t **ids;
+	size_t *n_ids;
+	int n, start, bad;
+};
+
+static void *mt_worker(void *arg)
+{
+	struct mt_job *j = arg;
+	for (int r = 0; r < 3; r++)
+		for (int k = 0; k < j->n; k++) {
+			int i = (k + j->start) % j->n;
+			int32_t *ids;
+			size_t n;
+			if (tok_encode(j->t, j->texts[i], strlen(j->texts[i]), TOK_PARSE_SPECIAL, &ids, &n) ||
+			    n != j->n_ids[i] || (n && memcmp(ids, j->ids[i], n * sizeof(int32_t))))
+				j->bad++;
+			struct buf b;
+			buf_init(&b);
+			if (tok_decode(j->t, ids, n, 0, &b))
+				j->bad++;
+			buf_deinit(&b);
+			free(ids);
+		}
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	struct tokenizer *t;
+	struct diag d;
+	ck_assert_msg(tt_load(names[_i], &t, &d) == 0, "%s", d.msg);
+	char *vp = tt_path(names[_i], "vectors.jsonl");
+	FILE *f = fopen(vp, "rb");
+	ck_assert_ptr_nonnull(f);
+	char *texts[400], *line = NULL;
+	int32_t *ids[400];
+	size_t n_ids[400], cap = 0;
+	int n = 0;
+	ssize_t got;
+	while (n < 400 && (got = getline(&line, &cap, f)) > 0) {
+		cJSON *v = cJSON_ParseWithLength(line, (size_t)got);
+		texts[n] = strdup(cJSON_GetObjectItem(v, "text")->valuestring);
+		ck_assert_int_eq(tok_encode(t, texts[n], strlen(texts[n]), TOK_PARSE_SPECIAL, &ids[n], &n_ids[n]), 0);
+		cJSON_Delete(v);
+		n++;
+	}
+	free(line);
+	fclose(f);
+	free(vp);
+	pthread_t th[4];
+	struct mt_job jobs[4];
+	for (int i = 0; i < 4; i++) {
+		jobs[i] = (struct mt_job){ t, texts, ids, n_ids, n, i * 37, 0 };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, mt_worker, &jobs[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(jobs[i].bad, 0);
+	}
+	for (int i = 0; i < n; i++) {
+		free(texts[i]);
+		free(ids[i]);
+	}
+	tok_destroy(t);
+}
+END_TEST
+
 int main(void)
 {
 	char *probe = tt_path("llama3", "tokenizer.json");
@@ -306,6 +380,7 @@ int main(void)
 	tcase_add_test(tu, test_bos_eos);
 	tcase_add_test(tu, test_invalid_utf8);
 	tcase_add_test(tu, test_stream_partial);
+	tcase_add_loop_test(tu, test_threads, 1, 3); /* llama3, qwen3 */
 	suite_add_tcase(s, tu);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -19,7 +19,7 @@ struct bench_flags {
 	uint64_t max_response;
 };
 
-#define N_COMMON_OPTS 25
+#define N_COMMON_OPTS 26
 
 static int common_opts(struct bench_flags *f, struct cli_opt *o)
 {
@@ -56,6 +56,8 @@ static int common_opts(struct bench_flags *f, struct cli_opt *o)
 	    {"temperature", CLI_DOUBLE, &c->temperature, "T", "sampling temperature (default 0)"},
 	    {"slo-ttft-ms", CLI_DOUBLE, &c->slo_ttft_ms, "MS", "goodput: TTFT objective"},
 	    {"slo-tpot-ms", CLI_DOUBLE, &c->slo_tpot_ms, "MS", "goodput: TPOT objective"},
+	    {"slo-e2e-ms", CLI_DOUBLE, &c->slo_e2e_ms, "MS",
+	     "goodput: end-to-end latency objective"},
 	    {"request-timeout", CLI_DOUBLE, &f->timeout_s, "SECONDS",
 	     "per-request limit; 0 = none (default 300)"},
 	    {"max-response-bytes", CLI_BYTES, &f->max_response, "BYTES",

@@ -24,7 +24,7 @@
  *   Request throughput = successes / duration; output token throughput =
  *   sum(output_tokens) / duration; total token throughput adds prompt tokens;
  *   goodput = successes meeting every given SLO (TTFT <= --slo-ttft-ms,
- *   TPOT <= --slo-tpot-ms) / duration. duration = first request start to last
+ *   TPOT <= --slo-tpot-ms, E2E <= --slo-e2e-ms) / duration. duration = first request start to last
  *   request end.
  *   Percentiles: linear interpolation between closest ranks, numpy's default
  *   ("linear", type 7): h = (n-1)q, v = x[floor h] + (h - floor h)(x[ceil h] - x[floor h]).
@@ -82,7 +82,7 @@ struct bench_config {
 	int prefix_len, num_prefix_groups;
 	bool ignore_eos;
 	double temperature;
-	double slo_ttft_ms, slo_tpot_ms; /* <= 0: not set */
+	double slo_ttft_ms, slo_tpot_ms, slo_e2e_ms; /* <= 0: not set */
 	double request_timeout_s;
 	size_t max_response_bytes; /* per response; over it the request is an error */
 	bool keep_alive;           /* reuse connections (HTTP/1.1 keep-alive); default on */

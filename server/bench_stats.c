@@ -115,7 +115,7 @@ int bench_summarize(const struct bench_config *c, const struct bench_result *r, 
 	memset(s, 0, sizeof *s);
 	s->n_requests = n;
 	s->duration_s = duration_s;
-	s->has_slo = c->slo_ttft_ms > 0 || c->slo_tpot_ms > 0;
+	s->has_slo = c->slo_ttft_ms > 0 || c->slo_tpot_ms > 0 || c->slo_e2e_ms > 0;
 	size_t n_itl = 0;
 	for (int i = 0; i < n; i++) {
 		if (r[i].err == BENCH_OK && ck_add(n_itl, (size_t)r[i].n_itl, &n_itl))
@@ -151,7 +151,8 @@ int bench_summarize(const struct bench_config *c, const struct bench_result *r, 
 		s->total_prompt_tokens += q->prompt_tokens;
 		s->total_output_tokens += q->output_tokens;
 		if (s->has_slo && (c->slo_ttft_ms <= 0 || q->ttft_s * 1e3 <= c->slo_ttft_ms) &&
-		    (c->slo_tpot_ms <= 0 || tpot_ms <= c->slo_tpot_ms))
+		    (c->slo_tpot_ms <= 0 || tpot_ms <= c->slo_tpot_ms) &&
+		    (c->slo_e2e_ms <= 0 || q->e2e_s * 1e3 <= c->slo_e2e_ms))
 			s->n_good++;
 	}
 	int rc = bench_stat_compute(ttft, (size_t)s->n_ok, &s->ttft_ms);
@@ -258,6 +259,11 @@ static cJSON *config_json(const struct bench_config *c)
 		cJSON_AddNumberToObject(o, "slo_ttft_ms", c->slo_ttft_ms);
 	if (c->slo_tpot_ms > 0)
 		cJSON_AddNumberToObject(o, "slo_tpot_ms", c->slo_tpot_ms);
+	if (c->slo_e2e_ms > 0)
+		cJSON_AddNumberToObject(o, "slo_e2e_ms", c->slo_e2e_ms);
+	cJSON_AddNumberToObject(o, "request_timeout_s", c->request_timeout_s);
+	cJSON_AddBoolToObject(o, "ignore_eos", c->ignore_eos);
+	cJSON_AddNumberToObject(o, "temperature", c->temperature);
 	return o;
 }
 

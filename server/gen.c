@@ -97,12 +97,12 @@ static void session_free(struct srv_session *x)
 		s->sessions = x->next;
 	if (x->next)
 		x->next->prev = x->prev;
-	for (int i = 0; i < x->n_prompts; i++) {
+	for (int i = 0; x->prompts && i < x->n_prompts; i++) {
 		free(x->prompts[i].ids);
 		free(x->prompts[i].echo);
 	}
 	free(x->prompts);
-	for (int i = 0; i < x->n_choices; i++) {
+	for (int i = 0; x->choices && i < x->n_choices; i++) {
 		buf_deinit(&x->choices[i].text);
 		free(x->choices[i].lps);
 	}
@@ -134,7 +134,7 @@ int gen_n_sessions(const struct srv *s)
 
 static void cancel_live(struct srv_session *x)
 {
-	for (int i = 0; i < x->n_prompts; i++)
+	for (int i = 0; x->prompts && i < x->n_prompts; i++)
 		if (x->prompts[i].live)
 			bat_cancel(x->s->bat, x->prompts[i].bat_id);
 }
@@ -773,7 +773,7 @@ void gen_abort_all(struct srv *s)
 		struct srv_session *next = x->next;
 		cancel_live(x);
 		x->n_live = 0; /* the batcher is going away: no terminal events will come */
-		for (int i = 0; i < x->n_prompts; i++)
+		for (int i = 0; x->prompts && i < x->n_prompts; i++)
 			x->prompts[i].live = false;
 		if (x->r && !x->work_pending) {
 			if (x->stream_started) {

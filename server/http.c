@@ -462,15 +462,6 @@ int http_server_active(const struct http_server *s)
 	return s->active;
 }
 
-void http_server_stop_accepting(struct http_server *s)
-{
-	if (!s->mhd)
-		return;
-	MHD_socket fd = MHD_quiesce_daemon(s->mhd);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
-}
-
 static void free_on_close(uv_handle_t *h)
 {
 	struct http_server *s = h->data;

@@ -56,8 +56,6 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 		       struct http_server **out, char *err, size_t err_len);
 /* The port actually bound. */
 int http_server_port(const struct http_server *s);
-/* Stop accepting new connections (keeps serving the open ones). */
-void http_server_stop_accepting(struct http_server *s);
 /* Number of requests that have reached the handler and are not closed yet. */
 int http_server_active(const struct http_server *s);
 /* Stop MHD and close the loop handles; the close completes on the loop. */

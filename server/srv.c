@@ -626,7 +626,8 @@ static void on_signal(uv_signal_t *h, int signum)
 	log_info("serve", "%s: draining (up to %d s for %d in-flight requests)",
 		 signum == SIGINT ? "SIGINT" : "SIGTERM", s->cfg.shutdown_timeout, gen_n_sessions(s));
 	s->draining = true;
-	http_server_stop_accepting(s->http);
+	/* keep accepting: new requests get a clear 503 rather than a refused
+	 * connection, while /health tells the load balancer to stop sending */
 	s->drain_deadline = clock_now_s() + s->cfg.shutdown_timeout;
 	uv_timer_start(&s->drain_timer, on_drain_tick, 0, 50);
 }

@@ -1,0 +1,331 @@
+"""tests/e2e/test_api.py — aorta serve over loopback, on a generated demo model:
+every endpoint, the OpenAI error bodies, streaming protocol, seeds, stop
+strings, n > 1, disconnects, concurrency and graceful shutdown. After each bad
+request a good one must still succeed. Run by meson (suite e2e)."""
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from aorta_server import Server, make_model  # noqa: E402
+
+TMP = tempfile.TemporaryDirectory()
+MODEL = None
+SRV = None
+
+
+def setUpModule():
+    global MODEL, SRV
+    MODEL = make_model(TMP.name)
+    SRV = Server(MODEL, "--max-model-len", "512", "--max-request-bytes", "65536",
+                 "--kv-cache-memory", "64M")
+
+
+def tearDownModule():
+    if SRV:
+        rc = SRV.stop()
+        assert rc == 0, f"exit {rc}\n" + SRV.logtext()
+
+
+def completion(**kw):
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 8, "temperature": 0}
+    body.update(kw)
+    return body
+
+
+def chat(**kw):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi there"}],
+            "max_tokens": 8, "temperature": 0}
+    body.update(kw)
+    return body
+
+
+def stream_text(events, chat_mode=False):
+    texts = {}
+    finishes = {}
+    usage = None
+    for ev in events:
+        if ev == "[DONE]":
+            continue
+        assert "error" not in ev, ev
+        if ev.get("usage"):
+            usage = ev["usage"]
+        for ch in ev["choices"]:
+            i = ch["index"]
+            t = ch["delta"].get("content", "") if chat_mode else ch["text"]
+            texts[i] = texts.get(i, "") + (t or "")
+            if ch.get("finish_reason"):
+                assert i not in finishes, "finish_reason sent twice"
+                finishes[i] = ch["finish_reason"]
+    return texts, finishes, usage
+
+
+class Basics(unittest.TestCase):
+    def assert_error(self, status, body, want_status, param=None):
+        self.assertEqual(status, want_status, body)
+        self.assertIn("error", body)
+        err = body["error"]
+        for k in ("message", "type", "param", "code"):
+            self.assertIn(k, err)
+        if param is not None:
+            self.assertEqual(err["param"], param, body)
+        # and the server still serves a good request
+        st, good = SRV.post("/v1/completions", completion(max_tokens=2))
+        self.assertEqual(st, 200, good)
+
+    def test_health_models(self):
+        self.assertEqual(SRV.get("/health")[0], 200)
+        st, body = SRV.get("/v1/models")
+        self.assertEqual(st, 200)
+        self.assertEqual(body["object"], "list")
+        self.assertEqual(body["data"][0]["id"], MODEL)
+
+    def test_completion_shape(self):
+        st, body = SRV.post("/v1/completions", completion())
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["object"], "text_completion")
+        self.assertTrue(body["id"].startswith("cmpl-"))
+        ch = body["choices"][0]
+        self.assertIn(ch["finish_reason"], ("length", "stop"))
+        u = body["usage"]
+        self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
+        self.assertLessEqual(u["completion_tokens"], 8)
+
+    def test_greedy_is_deterministic(self):
+        a = SRV.post("/v1/completions", completion(max_tokens=16))[1]
+        b = SRV.post("/v1/completions", completion(max_tokens=16))[1]
+        self.assertEqual(a["choices"][0]["text"], b["choices"][0]["text"])
+
+    def test_seed_reproducible(self):
+        body = completion(temperature=1.0, seed=1234, max_tokens=16)
+        a = SRV.post("/v1/completions", body)[1]["choices"][0]["text"]
+        b = SRV.post("/v1/completions", body)[1]["choices"][0]["text"]
+        self.assertEqual(a, b)
+        texts = {SRV.post("/v1/completions", completion(temperature=1.0, seed=s,
+                                                        max_tokens=16))[1]["choices"][0]["text"]
+                 for s in range(6)}
+        self.assertGreater(len(texts), 1, "different seeds gave identical samples")
+
+    def test_stream_equals_nonstream(self):
+        for kw in ({"temperature": 0}, {"temperature": 1.0, "seed": 7}):
+            body = completion(max_tokens=20, **kw)
+            plain = SRV.post("/v1/completions", body)[1]
+            st, events = SRV.stream("/v1/completions", dict(body, stream=True,
+                                                           stream_options={"include_usage": True}))
+            self.assertEqual(st, 200)
+            self.assertEqual(events[-1], "[DONE]")
+            texts, fin, usage = stream_text(events)
+            self.assertEqual(texts[0], plain["choices"][0]["text"])
+            self.assertEqual(fin[0], plain["choices"][0]["finish_reason"])
+            self.assertEqual(usage, plain["usage"])
+            self.assertEqual(events[-2]["choices"], [])  # the usage chunk
+
+    def test_chat(self):
+        st, body = SRV.post("/v1/chat/completions", chat())
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["object"], "chat.completion")
+        msg = body["choices"][0]["message"]
+        self.assertEqual(msg["role"], "assistant")
+        st, events = SRV.stream("/v1/chat/completions", chat(stream=True))
+        self.assertEqual(st, 200)
+        first = events[0]["choices"][0]["delta"]
+        self.assertEqual(first.get("role"), "assistant")
+        texts, fin, _ = stream_text(events, chat_mode=True)
+        self.assertEqual(texts[0], msg["content"])
+        self.assertEqual(fin[0], body["choices"][0]["finish_reason"])
+
+    def test_n_and_multiple_prompts(self):
+        st, body = SRV.post("/v1/completions", completion(prompt=["a", "b"], n=2,
+                                                          temperature=1.0, seed=3))
+        self.assertEqual(st, 200, body)
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2, 3])
+        st, events = SRV.stream("/v1/completions", completion(n=3, stream=True, temperature=1.0,
+                                                              seed=3))
+        texts, fin, _ = stream_text(events)
+        self.assertEqual(sorted(fin), [0, 1, 2])
+
+    def test_stop_string(self):
+        full = SRV.post("/v1/completions", completion(max_tokens=24))[1]["choices"][0]["text"]
+        if len(full) < 4:
+            self.skipTest("demo model produced too little text")
+        stop = full[2:4]
+        st, body = SRV.post("/v1/completions", completion(max_tokens=24, stop=[stop]))
+        self.assertEqual(st, 200, body)
+        ch = body["choices"][0]
+        self.assertEqual(ch["finish_reason"], "stop")
+        self.assertEqual(ch["text"], full[:full.index(stop)])
+        st, events = SRV.stream("/v1/completions", completion(max_tokens=24, stop=[stop],
+                                                              stream=True))
+        texts, fin, _ = stream_text(events)
+        self.assertEqual(texts[0], ch["text"])
+        self.assertEqual(fin[0], "stop")
+
+    def test_logprobs(self):
+        st, body = SRV.post("/v1/completions", completion(logprobs=3, max_tokens=4))
+        self.assertEqual(st, 200, body)
+        lp = body["choices"][0]["logprobs"]
+        self.assertEqual(len(lp["tokens"]), body["usage"]["completion_tokens"])
+        for i, top in enumerate(lp["top_logprobs"]):
+            self.assertLessEqual(len(top), 3)
+            # greedy: the chosen token is the most likely one
+            self.assertAlmostEqual(max(top.values()), lp["token_logprobs"][i], places=4)
+        st, body = SRV.post("/v1/chat/completions", chat(logprobs=True, top_logprobs=2))
+        self.assertEqual(st, 200, body)
+        content = body["choices"][0]["logprobs"]["content"]
+        self.assertEqual(len(content), body["usage"]["completion_tokens"])
+        self.assertEqual(len(content[0]["top_logprobs"]), 2)
+
+    def test_tokenize_detokenize(self):
+        st, body = SRV.post("/tokenize", {"model": MODEL, "prompt": "Hello"})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["count"], len(body["tokens"]))
+        st, back = SRV.post("/detokenize", {"model": MODEL, "tokens": body["tokens"]})
+        self.assertEqual(st, 200, back)
+        self.assertTrue(back["prompt"].endswith("Hello"))
+
+    def test_bad_requests(self):
+        self.assert_error(*SRV.post("/v1/completions", b"{not json"), 400)
+        self.assert_error(*SRV.post("/v1/completions", b""), 400)
+        self.assert_error(*SRV.post("/v1/completions", completion(temperature="hot")), 400,
+                          "temperature")
+        self.assert_error(*SRV.post("/v1/completions", completion(max_tokens=-1)), 400,
+                          "max_tokens")
+        self.assert_error(*SRV.post("/v1/completions", completion(n=0)), 400, "n")
+        self.assert_error(*SRV.post("/v1/completions", {"model": MODEL}), 400, "prompt")
+        self.assert_error(*SRV.post("/v1/chat/completions", chat(messages=[])), 400)
+        self.assert_error(*SRV.post("/v1/chat/completions",
+                                    chat(messages=[{"role": "wizard", "content": "x"}])), 400)
+        self.assert_error(*SRV.post("/v1/completions", completion(prompt=[[1, 2, 99999999]])), 400)
+        self.assert_error(*SRV.post("/v1/completions", completion(logit_bias={"x": 1})), 400)
+        self.assert_error(*SRV.post("/v1/completions", completion(model="no-such-model")), 404)
+        self.assert_error(*SRV.post("/v1/completions", b'{"prompt": "\xff\xfe"}'), 400)
+        self.assert_error(*SRV.post("/v1/completions", "[" * 100000 + "]" * 100000), 413)
+        self.assert_error(*SRV.post("/v1/completions", "[" * 5000 + "]" * 5000), 400)
+
+    def test_context_overflow(self):
+        st, body = SRV.post("/v1/completions", completion(max_tokens=100000))
+        self.assert_error(st, body, 400, "max_tokens")
+        self.assertIn("512", body["error"]["message"])
+        st, body = SRV.post("/v1/completions", completion(prompt="word " * 600, max_tokens=1))
+        self.assertEqual(st, 400, body)
+
+    def test_routes(self):
+        self.assert_error(*SRV.get("/no/such/route"), 404)
+        st, body, resp = SRV.request("GET", "/v1/completions", raw=True)
+        self.assertEqual(st, 405)
+        self.assertEqual(resp.getheader("Allow"), "POST")
+
+    def test_disconnect_mid_stream_frees_the_request(self):
+        base = SRV.metric("aorta:kv_cache_usage_perc")
+        s = socket.create_connection(("127.0.0.1", SRV.port))
+        body = json.dumps(completion(max_tokens=400, stream=True, ignore_eos=True)).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = s.recv(4096)
+        self.assertIn(b"200", got.split(b"\r\n")[0])
+        s.close()
+        deadline = time.time() + 1.0
+        while time.time() < deadline:
+            if SRV.metric("aorta:num_requests_running") == 0 and \
+                    SRV.metric("aorta:kv_cache_usage_perc") <= base:
+                break
+            time.sleep(0.05)
+        self.assertEqual(SRV.metric("aorta:num_requests_running"), 0)
+        self.assertLessEqual(SRV.metric("aorta:kv_cache_usage_perc"), base)
+
+    def test_concurrent_streams_match_solo(self):
+        prompts = [f"client {i} says" for i in range(64)]
+        solo = [SRV.post("/v1/completions", completion(prompt=p, max_tokens=12))[1]
+                ["choices"][0]["text"] for p in prompts[:8]]
+        results = [None] * len(prompts)
+
+        def run(i):
+            st, events = SRV.stream("/v1/completions", completion(prompt=prompts[i], max_tokens=12,
+                                                                  stream=True))
+            results[i] = stream_text(events)[0][0] if st == 200 else None
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertTrue(all(r is not None for r in results), results)
+        self.assertEqual(results[:8], solo)
+
+    def test_metrics(self):
+        SRV.post("/v1/completions", completion(max_tokens=2))
+        st, text, resp = SRV.request("GET", "/metrics", raw=True)
+        self.assertEqual(st, 200)
+        text = text.decode()
+        for name in ("aorta:num_requests_running", "aorta:num_requests_waiting",
+                     "aorta:kv_cache_usage_perc", "aorta:prompt_tokens_total",
+                     "aorta:generation_tokens_total", "aorta:num_preemptions_total",
+                     "aorta:prefix_cache_queries_total", "aorta:prefix_cache_hits_total",
+                     "aorta:time_to_first_token_seconds_bucket",
+                     "aorta:inter_token_latency_seconds_count",
+                     "aorta:e2e_request_latency_seconds_sum",
+                     "aorta:request_queue_time_seconds_bucket"):
+            self.assertIn(name, text)
+        self.assertGreater(SRV.metric("aorta:generation_tokens_total"), 0)
+
+
+class Auth(unittest.TestCase):
+    def test_api_key(self):
+        srv = Server(MODEL, "--api-key", "sekrit", "--max-model-len", "256")
+        try:
+            self.assertEqual(srv.get("/health")[0], 200)  # health needs no key
+            st, body = srv.post("/v1/completions", completion(max_tokens=2))
+            self.assertEqual(st, 401, body)
+            self.assertEqual(body["error"]["type"], "authentication_error")
+            st, body = srv.post("/v1/completions", completion(max_tokens=2),
+                                headers={"Authorization": "Bearer wrong"})
+            self.assertEqual(st, 401)
+            st, body = srv.post("/v1/completions", completion(max_tokens=2),
+                                headers={"Authorization": "Bearer sekrit"})
+            self.assertEqual(st, 200, body)
+            self.assertEqual(srv.get("/metrics")[0], 401)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+class Shutdown(unittest.TestCase):
+    def test_sigterm_during_stream(self):
+        srv = Server(MODEL, "--max-model-len", "512", "--shutdown-timeout", "20")
+        result = {}
+
+        def run():
+            result["r"] = srv.stream("/v1/completions",
+                                     completion(max_tokens=200, ignore_eos=True, stream=True))
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.3)
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        st, body = srv.post("/v1/completions", completion(max_tokens=2))
+        self.assertEqual(st, 503, body)
+        self.assertEqual(srv.get("/health")[0], 503)
+        t.join(60)
+        st, events = result["r"]
+        self.assertEqual(st, 200)
+        texts, fin, _ = stream_text(events)
+        self.assertEqual(fin[0], "length")
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual(srv.proc.wait(30), 0)
+
+    def test_bad_model_exits_nonzero(self):
+        bad = os.path.join(TMP.name, "bad.gguf")
+        with open(bad, "wb") as f:
+            f.write(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
+        with self.assertRaises(RuntimeError):
+            Server(bad)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

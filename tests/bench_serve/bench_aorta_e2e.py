@@ -4,8 +4,9 @@ local `aorta serve` on the demo model (written by `aorta make-model`).
 
 Checks that the numbers add up against aorta itself: every request succeeds,
 usage comes from the server, and with --ignore-eos every request yields exactly
---output-len tokens. Exits 77 (skipped) when `aorta serve` does not come up —
-until the HTTP server (issue 7) is integrated it exits at once.
+--output-len tokens; then the chat endpoint, and a shared-prefix workload.
+Exits 77 (skipped) when `aorta serve` does not become ready (GET /health 200),
+as when the HTTP server (issue 7) is not built.
 
 Usage: bench_aorta_e2e.py PATH/TO/aorta
 """
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 SKIP = 77
 
@@ -26,17 +29,39 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_listening(proc, port, timeout_s):
+def wait_ready(proc, port, timeout_s):
+    """Until GET /health (or /v1/models) answers 200: aorta listens while the
+    model loads and answers 503 meanwhile."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc.poll() is not None:
             return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.2)
+        for path in ("/health", "/v1/models"):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                    if r.status == 200:
+                        return True
+            except (OSError, urllib.error.HTTPError):
+                pass
+        time.sleep(0.2)
     return False
+
+
+def bench(aorta, args, n, out_len, out):
+    r = subprocess.run([aorta, "bench", "serve", "--num-prompts", str(n), "--output-len",
+                        str(out_len), "--json", out] + args,
+                       capture_output=True, text=True, timeout=300)
+    print(r.stdout)
+    print(r.stderr, file=sys.stderr)
+    assert r.returncode == 0, f"bench serve {args} exited {r.returncode}"
+    res = json.load(open(out))
+    assert res["completed"] == n and res["failed"] == 0, res["errors"]
+    assert res["total_output_tokens"] == n * out_len, res["total_output_tokens"]
+    assert res["total_input_tokens"] == sum(q["prompt_tokens"] for q in res["requests"])
+    for q in res["requests"]:
+        assert q["result"] == "ok" and q["usage_from_server"], q
+        assert q["output_tokens"] == out_len and q["prompt_tokens"] > 0, q
+        assert 0 < q["ttft_ms"] <= q["e2e_ms"], q
 
 
 def main():
@@ -55,29 +80,34 @@ def main():
                                 "--served-model-name", "aorta-demo", "--device", "cpu"],
                                stdout=log, stderr=subprocess.STDOUT)
         try:
-            if not wait_listening(srv, port, 60):
+            if not wait_ready(srv, port, 60):
                 log.seek(0)
                 tail = log.read()[-400:].strip().replace("\n", " | ")
-                print(f"SKIP: aorta serve did not start listening: {tail}")
+                print(f"SKIP: aorta serve did not become ready: {tail}")
                 return SKIP
-            out = os.path.join(tmp, "bench.json")
-            n, out_len = 8, 8
-            r = subprocess.run([aorta, "bench", "serve", "--base-url", f"http://127.0.0.1:{port}",
-                                "--model", "aorta-demo", "--num-prompts", str(n),
-                                "--input-len", "16", "--output-len", str(out_len), "--ignore-eos",
-                                "--max-concurrency", "4", "--request-timeout", "120",
-                                "--json", out], capture_output=True, text=True, timeout=300)
-            print(r.stdout)
-            print(r.stderr, file=sys.stderr)
-            assert r.returncode == 0, f"bench serve exited {r.returncode}"
-            res = json.load(open(out))
-            assert res["completed"] == n and res["failed"] == 0, res["errors"]
-            assert res["total_output_tokens"] == n * out_len, res["total_output_tokens"]
-            for q in res["requests"]:
-                assert q["result"] == "ok" and q["usage_from_server"], q
-                assert q["output_tokens"] == out_len and q["prompt_tokens"] > 0, q
-                assert 0 < q["ttft_ms"] <= q["e2e_ms"], q
-            print("OK: counts add up against aorta serve")
+            base = ["--base-url", f"http://127.0.0.1:{port}", "--model", "aorta-demo",
+                    "--ignore-eos", "--request-timeout", "120"]
+            runs = [
+                (8, 8, ["--input-len", "16", "--max-concurrency", "4"]),
+                (6, 5, ["--endpoint", "chat", "--input-len", "12", "--max-concurrency", "3"]),
+                (8, 4, ["--input-len", "8", "--prefix-len", "32", "--num-prefix-groups", "2",
+                        "--request-rate", "40", "--seed", "5"]),
+            ]
+            sent = 0
+            try:
+                for n, out_len, extra in runs:
+                    bench(aorta, base + extra, n, out_len, os.path.join(tmp, "bench.json"))
+                    sent += n
+            except AssertionError:
+                log.flush()
+                log.seek(0)
+                print("---- aorta serve log (tail) ----\n" + log.read()[-3000:], file=sys.stderr)
+                raise
+            log.flush()
+            log.seek(0)
+            seen = sum(1 for line in log if "[access]" in line and "POST /v1/" in line)
+            assert seen == sent, f"the server logged {seen} requests, the client sent {sent}"
+            print(f"OK: counts add up against aorta serve ({sent} requests)")
             return 0
         finally:
             srv.terminate()

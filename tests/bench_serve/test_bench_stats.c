@@ -126,8 +126,18 @@ START_TEST(test_summary)
 	ck_assert_int_eq(s.errs[0].count, 1);
 	ck_assert_str_eq(s.errs[1].key, "reset");
 
-	/* no SLO: no goodput */
+	/* an E2E objective alone: e2e <= 200 ms holds for r[0] (160) and r[2] (50) */
 	c.slo_ttft_ms = c.slo_tpot_ms = 0;
+	c.slo_e2e_ms = 200;
+	ck_assert_int_eq(bench_summarize(&c, r, 6, 2.0, &s), 0);
+	ck_assert(s.has_slo);
+	ck_assert_int_eq(s.n_good, 2);
+	c.slo_e2e_ms = 250; /* now r[1] (240) too */
+	ck_assert_int_eq(bench_summarize(&c, r, 6, 2.0, &s), 0);
+	ck_assert_int_eq(s.n_good, 3);
+
+	/* no SLO: no goodput */
+	c.slo_e2e_ms = 0;
 	ck_assert_int_eq(bench_summarize(&c, r, 6, 2.0, &s), 0);
 	ck_assert(!s.has_slo);
 	ck_assert_double_eq(s.goodput, 0.0);

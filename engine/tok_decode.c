@@ -70,7 +70,7 @@ static int replace_into(const char *s, size_t n, const char *pat, size_t pn, con
 
 /* One decoder over the list; writes a new list into out. */
 static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, const struct toks *in, struct toks *out,
-		       bool at_start, bool at_end, bool *fused)
+		       bool at_start, bool at_end, bool *fused, bool *tail_open)
 {
 	struct buf tmp;
 	buf_init(&tmp);
@@ -201,6 +201,8 @@ static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, cons
 		if (!rc) {
 			struct buf lossy;
 			buf_init(&lossy);
+			/* a partial character at the end: more bytes may complete it */
+			*tail_open = tok_utf8_incomplete_tail(tmp.data ? tmp.data : "", tmp.len);
 			rc = tok_utf8_lossy(tmp.data ? tmp.data : "", tmp.len, &lossy);
 			if (!rc)
 				rc = toks_add(out, lossy.data ? lossy.data : "", lossy.len);
@@ -240,8 +242,12 @@ static int cleanup(struct buf *s)
 }
 
 static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, bool at_start,
-		     bool at_end, struct buf *out)
+		     bool at_end, struct buf *out, bool *tail_open)
 {
+	bool open_dummy;
+	if (!tail_open)
+		tail_open = &open_dummy;
+	*tail_open = false;
 	struct toks a = { 0 }, b = { 0 };
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++) {
@@ -256,7 +262,7 @@ static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, un
 	bool fused = false;
 	for (int k = 0; k < t->n_decs && !rc; k++) {
 		toks_free(&b);
-		rc = run_decoder(t, &t->decs[k], &a, &b, at_start, at_end, &fused);
+		rc = run_decoder(t, &t->decs[k], &a, &b, at_start, at_end, &fused, tail_open);
 		struct toks sw = a;
 		a = b;
 		b = sw;
@@ -284,12 +290,12 @@ static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, un
 int tok_decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, bool at_start,
 		  struct buf *out)
 {
-	return decode_ex(t, ids, n, flags, at_start, true, out);
+	return decode_ex(t, ids, n, flags, at_start, true, out, NULL);
 }
 
 int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, struct buf *out)
 {
-	return decode_ex(t, ids, n, flags, true, true, out);
+	return decode_ex(t, ids, n, flags, true, true, out, NULL);
 }
 
 /* ---- streaming ---- */
@@ -318,12 +324,14 @@ static bool has_dec(const struct tokenizer *t, enum tok_dec_kind k)
 	return false;
 }
 
-/* How much of the window's text (len bytes) later ids cannot change. */
-static size_t stable_len(const struct tokenizer *t, const char *s, size_t len)
+/* How much of the window's text (len bytes) later ids cannot change.
+ * tail_open: the text ends in the U+FFFD of a partial character. */
+static size_t stable_len(const struct tokenizer *t, const char *s, size_t len, bool tail_open)
 {
 	size_t stable = len;
-	/* a trailing U+FFFD may be a partial character that the next bytes complete */
-	while (stable >= 3 && !memcmp(s + stable - 3, "\xEF\xBF\xBD", 3))
+	/* the next bytes may complete that character (ByteLevel); a run of
+	 * byte-fallback tokens is held whole by the caller */
+	if (tail_open && stable >= 3 && !memcmp(s + stable - 3, "\xEF\xBF\xBD", 3))
 		stable -= 3;
 	if (t->cleanup) {
 		/* a space that may start a clean-up pattern once more text comes */
@@ -376,19 +384,20 @@ int tok_stream_push(struct tok_stream *s, int32_t id, struct buf *out)
 	if (open)
 		return 0;
 	buf_clear(&s->scratch);
-	int rc = decode_ex(t, s->ids, s->n_ids, s->flags, s->at_start, false, &s->scratch);
+	bool tail_open;
+	int rc = decode_ex(t, s->ids, s->n_ids, s->flags, s->at_start, false, &s->scratch, &tail_open);
 	if (rc) {
 		s->n_ids--;
 		return rc;
 	}
 	const char *txt = s->scratch.data ? s->scratch.data : "";
-	size_t len = s->scratch.len, st = stable_len(t, txt, len);
+	size_t len = s->scratch.len, st = stable_len(t, txt, len, tail_open);
 	if (st > s->emitted) {
 		if (buf_append(out, txt + s->emitted, st - s->emitted))
 			return ERR_NOMEM;
 		s->emitted = st;
 	}
-	if (st == len && len > 0) {
+	if (st == len && len > 0 && !tail_open) {
 		/* decoding separates here: start a new window */
 		s->n_ids = 0;
 		s->emitted = 0;
@@ -402,7 +411,7 @@ int tok_stream_finish(struct tok_stream *s, struct buf *out)
 	int rc = 0;
 	if (s->n_ids) {
 		buf_clear(&s->scratch);
-		rc = decode_ex(s->t, s->ids, s->n_ids, s->flags, s->at_start, true, &s->scratch);
+		rc = decode_ex(s->t, s->ids, s->n_ids, s->flags, s->at_start, true, &s->scratch, NULL);
 		if (!rc && s->scratch.len > s->emitted &&
 		    buf_append(out, s->scratch.data + s->emitted, s->scratch.len - s->emitted))
 			rc = ERR_NOMEM;

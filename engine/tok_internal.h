@@ -190,6 +190,8 @@ size_t tok_utf8_valid_len(const unsigned char *s, size_t n);
 /* Lossy repair as Rust's from_utf8_lossy: append s to out. */
 int tok_utf8_lossy(const char *s, size_t n, struct buf *out);
 bool tok_utf8_is_valid(const char *s, size_t n);
+/* Do the bytes end with the start of a character that more bytes could complete? */
+bool tok_utf8_incomplete_tail(const char *s, size_t n);
 /* Decode one code point of valid UTF-8 (returns its length). */
 size_t tok_utf8_decode(const char *s, uint32_t *cp);
 bool tok_is_whitespace(uint32_t cp);

@@ -371,6 +371,19 @@ bool tok_utf8_is_valid(const char *s, size_t n)
 	return true;
 }
 
+bool tok_utf8_incomplete_tail(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	for (size_t k = 1; k <= 3 && k <= n; k++) {
+		if (p[n - k] < 0xC0)
+			continue; /* ASCII or a continuation byte: keep looking back */
+		bool complete;
+		size_t got = utf8_prefix(p + n - k, k, &complete);
+		return got == k && !complete;
+	}
+	return false;
+}
+
 int tok_utf8_lossy(const char *s, size_t n, struct buf *out)
 {
 	const unsigned char *p = (const unsigned char *)s;

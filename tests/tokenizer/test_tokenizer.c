@@ -287,6 +287,37 @@ START_TEST(test_stream_partial)
 }
 END_TEST
 
+/* A byte that can never start a character is final at once: the stream emits
+ * its U+FFFD on the spot (and keeps its window short), while a lead byte waits. */
+START_TEST(test_stream_invalid_bytes)
+{
+	struct tokenizer *t;
+	struct diag d;
+	ck_assert_msg(tt_load("llama3", &t, &d) == 0, "%s", d.msg);
+	int32_t cont = tok_piece_id(t, "\xC4\xA2", 2); /* byte 0x80 */
+	int32_t lead = tok_piece_id(t, "\xC3\xA4", 2); /* byte 0xE4 */
+	ck_assert_int_ge(cont, 0);
+	ck_assert_int_ge(lead, 0);
+	struct tok_stream s;
+	tok_stream_init(&s, t, 0);
+	struct buf out;
+	buf_init(&out);
+	for (int i = 0; i < 2000; i++) {
+		ck_assert_int_eq(tok_stream_push(&s, cont, &out), 0);
+		ck_assert_uint_eq(out.len, 3 * (size_t)(i + 1));
+		ck_assert_uint_le(s.n_ids, 1);
+	}
+	ck_assert_int_eq(tok_stream_push(&s, lead, &out), 0);
+	ck_assert_uint_eq(out.len, 3 * 2000); /* held: E4 may start a character */
+	ck_assert_int_eq(tok_stream_finish(&s, &out), 0);
+	ck_assert_uint_eq(out.len, 3 * 2001);
+	ck_assert_int_eq(memcmp(out.data + 3 * 2000, "\xEF\xBF\xBD", 3), 0);
+	tok_stream_deinit(&s);
+	buf_deinit(&out);
+	tok_destroy(t);
+}
+END_TEST
+
 /* One loaded tokenizer shared by several threads: each encodes and decodes
  * every fixture text (different starting points) and must get what one thread
  * gets (the server tokenizes on a worker pool, detokenizes on the engine thread). */
@@ -380,6 +411,7 @@ int main(void)
 	tcase_add_test(tu, test_bos_eos);
 	tcase_add_test(tu, test_invalid_utf8);
 	tcase_add_test(tu, test_stream_partial);
+	tcase_add_test(tu, test_stream_invalid_bytes);
 	tcase_add_loop_test(tu, test_threads, 1, 3); /* llama3, qwen3 */
 	suite_add_tcase(s, tu);
 	SRunner *sr = srunner_create(s);

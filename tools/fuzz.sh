@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tools/fuzz.sh SECONDS — build every tests/fuzz/fuzz_*.c target with clang's
+# tools/fuzz.sh SECONDS [TARGET...] — build every tests/fuzz/fuzz_*.c target
+# (or only the named ones, e.g. "gguf safetensors") with clang's
 # libFuzzer (+ ASan/UBSan) in its own build dir (build-fuzz/, or $FUZZ_BUILD)
 # and run each for SECONDS. The seed corpus in tests/fuzz/corpus/<target>/ is
 # read but never written; new inputs go to $FUZZ_BUILD/corpus/<target>/ and
@@ -15,7 +16,7 @@ mkdir -p "$out"
 
 # The reader code under test plus what it needs from common/ and kernels/.
 lib_src=(
-  "$root/engine/gguf.c" "$root/engine/safetensors.c"
+  "$root/engine/gguf.c" "$root/engine/safetensors.c" "$root/engine/model_config.c"
   "$root/common/err.c" "$root/common/buf.c" "$root/kernels/dtype.c"
   # api/ (fuzz_api): parsers, renderers, chat templates
   "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/response.c"
@@ -27,9 +28,13 @@ cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I"$root"
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 
 status=0
+shift
 for src in "$root"/tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)          # fuzz_gguf
   target=${name#fuzz_}                # gguf
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$target"; then
+    continue
+  fi
   echo "== building $name"
   "$cc" "${cflags[@]}" "$src" "${lib_src[@]}" -lcjson -lpcre2-8 -lutf8proc -lm -o "$out/$name"
   mkdir -p "$out/corpus/$target" "$out/artifacts/$target"

@@ -1,7 +1,8 @@
 /* tests/fuzz/fuzz_gguf.c — libFuzzer target for the GGUF reader
  * (engine/gguf.c): any byte string must be either accepted, with every
  * tensor inside the buffer and every metadata getter safe, or refused with a
- * message. Built by tools/fuzz.sh (clang -fsanitize=fuzzer,address,undefined);
+ * message. Accepted files also go through the model config reader
+ * (engine/model_config.c), which must accept or refuse them cleanly. Built by tools/fuzz.sh (clang -fsanitize=fuzzer,address,undefined);
  * with -DFUZZ_REPLAY_MAIN it is a plain program that replays files given on
  * the command line (the 'unit' test that runs the seed corpus under gcc).
  */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "engine/gguf.h"
+#include "engine/model_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -67,6 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			if (t->n_bytes)
 				sink += p[0] + p[t->n_bytes - 1];
+		}
+		struct model_config cfg;
+		if (model_config_from_gguf(f, &cfg, &d) == 0) {
+			(void)model_config_validate(&cfg, &d);
+			free(cfg.chat_template);
 		}
 		(void)sink;
 		gguf_close(f);

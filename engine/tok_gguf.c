@@ -301,6 +301,18 @@ int tok_load_gguf(const struct gguf_file *g, struct tokenizer **out, struct diag
 			t->add_bos = true;
 		}
 	}
+	bool add_eos = false;
+	if (!rc)
+		gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos);
+	if (!rc && add_eos && t->eos >= 0) {
+		t->post_ids = malloc(sizeof(int32_t));
+		if (!t->post_ids)
+			rc = ERR_NOMEM;
+		else {
+			t->post_ids[0] = t->eos;
+			t->n_post = 1;
+		}
+	}
 	if (rc) {
 		if (rc == ERR_NOMEM)
 			diag_set(d, rc, "tokenizer from GGUF: out of memory");
@@ -489,13 +501,15 @@ static int export_gguf(const struct tokenizer *t, struct gguf_writer *w, struct 
 		return rc;
 	if (t->unk_id >= 0 && (rc = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)t->unk_id)))
 		return rc;
+	if ((rc = gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", t->n_post == 1)))
+		return rc;
 	return gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", t->add_bos);
 }
 
 int tok_export_gguf(const struct tokenizer *t, struct gguf_writer *w, struct diag *d)
 {
-	if (t->n_post > 0 || t->n_pre > (t->add_bos ? 1 : 0))
-		return diag_set(d, ERR_UNSUPPORTED, "post-processor other than a BOS has no GGUF form");
+	if (t->n_post > 1 || (t->n_post == 1 && t->post_ids[0] != t->eos) || t->n_pre > (t->add_bos ? 1 : 0))
+		return diag_set(d, ERR_UNSUPPORTED, "post-processor other than BOS / EOS has no GGUF form");
 	if (!t->byte_level && !t->byte_fallback)
 		return diag_set(d, ERR_UNSUPPORTED, "only byte-level or byte-fallback BPE has a GGUF form");
 	size_t n = (size_t)t->n_ids;

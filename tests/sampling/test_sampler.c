@@ -252,7 +252,7 @@ END_TEST
  * Chi-square over 20 groups of tokens of equal expected mass. */
 static void check_large(const struct sampling_params *p, int min_kept, bool peaked)
 {
-	enum { N = 2000, DRAWS = 20000, GROUPS = 20 };
+	enum { N = 2000, DRAWS = 15000, GROUPS = 20 };
 	float *l = malloc(sizeof(float) * N), *work = malloc(sizeof(float) * N);
 	double *want = malloc(sizeof(double) * N);
 	int *group = malloc(sizeof(int) * N);
@@ -329,7 +329,17 @@ START_TEST(test_dist_large_vocab)
 	p.top_k = -1; /* top_p over the whole vocabulary */
 	p.top_p = 0.5f;
 	check_large(&p, 256, false);
-	p.top_p = 1.0f; /* min_p alone */
+}
+END_TEST
+
+START_TEST(test_dist_large_vocab_min_p_heap_peaked)
+{
+	struct sampling_params p;
+	sampling_params_init(&p);
+	p.has_seed = true;
+	p.seed = 12;
+	p.temperature = 0.9f;
+	/* min_p alone */
 	p.min_p = 0.3f;
 	check_large(&p, 500, false);
 	/* min_p, then heap top_k */
@@ -782,6 +792,7 @@ static Suite *sampler_suite(void)
 	tcase_add_test(tc, test_dist_top_p);
 	tcase_add_test(tc, test_dist_min_p_and_chain);
 	tcase_add_test(tc, test_dist_large_vocab);
+	tcase_add_test(tc, test_dist_large_vocab_min_p_heap_peaked);
 	tcase_add_test(tc, test_penalties_and_bias);
 	tcase_add_test(tc, test_min_tokens_masks_eos);
 	tcase_add_test(tc, test_greedy_and_edge_cases);

@@ -81,7 +81,8 @@ static int check_batch(const struct engine *e, const struct engine_batch *b)
 	    b->n_seqs > o->max_seqs || b->n_seqs > b->n_tokens)
 		return ERR_INVAL;
 	if (!b->tokens || !b->positions || !b->slot_mapping || !b->seq_start || !b->context_len ||
-	    !b->block_tables || b->max_blocks_per_seq <= 0)
+	    !b->block_tables || b->max_blocks_per_seq <= 0 ||
+	    b->max_blocks_per_seq > o->max_blocks_per_seq)
 		return ERR_INVAL;
 	if (b->n_logits < 0 || b->n_logits > b->n_tokens || (b->n_logits > 0 && !b->logits_rows))
 		return ERR_INVAL;

@@ -58,7 +58,7 @@ struct engine_batch {
 	const int32_t *seq_start;    /* [n_seqs + 1] row offsets */
 	const int32_t *context_len;  /* [n_seqs] tokens in KV after this step (cached + new) */
 	const int32_t *block_tables; /* [n_seqs * max_blocks_per_seq] block ids, row per sequence */
-	int max_blocks_per_seq;	     /* row stride of block_tables */
+	int max_blocks_per_seq;	     /* row stride of block_tables; <= engine_opts' */
 	int n_logits;		     /* rows that need logits */
 	const int32_t *logits_rows;  /* [n_logits] row indices, ascending */
 };

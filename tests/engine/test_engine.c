@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,7 +303,10 @@ END_TEST
 
 /* A well-formed 2-sequence batch that test_validation breaks one field at a time. */
 struct vb {
-	int32_t tok[6], pos[6], slots[6], start[3], ctx[2], table[2 * 4], rows[2];
+	/* capacities are the engine's limits in test_validation*: a corrupted
+	 * count may claim up to these, never more (the engine cannot check the
+	 * length of an array it is handed) */
+	int32_t tok[6], pos[6], slots[6], start[3], ctx[2], table[2 * 4], rows[6];
 	struct engine_batch b;
 };
 
@@ -375,6 +379,7 @@ START_TEST(test_validation)
 	BAD(v.b.n_logits = 7);
 	BAD(v.b.tokens = NULL);
 	BAD(v.b.max_blocks_per_seq = 1); /* table row too narrow for context 10 */
+	BAD(v.b.max_blocks_per_seq = 5); /* wider than engine_opts.max_blocks_per_seq */
 	BAD(v.b.logits_rows = NULL);
 #undef BAD
 	vb_init(&v);
@@ -406,6 +411,62 @@ START_TEST(test_validation)
 	m->w.layers[0].w_up.n_bytes += 1;
 	m->cfg.n_kv_heads = 3;
 	ck_assert_int_eq(engine_create(m, &o, &e, &d), ERR_FORMAT);
+	tmodel_destroy(m);
+}
+END_TEST
+
+/* Random corruption of a valid batch: every result is 0 or ERR_INVAL, and
+ * (under ASan, where this suite also runs) nothing is read or written out of
+ * range whatever the values. */
+START_TEST(test_validation_random)
+{
+	struct model_config c;
+	tmodel_config_small(&c);
+	c.n_layers = 1;
+	struct model *m = make_model(&c, DT_F32, ROPE_STYLE_NEOX);
+	struct engine_opts o = default_opts();
+	o.n_kv_blocks = 8;
+	o.max_blocks_per_seq = 4;
+	o.max_batch_tokens = 6;
+	o.max_seqs = 2;
+	o.n_threads = 1;
+	struct engine *e;
+	struct diag d = { 0 };
+	ck_assert_msg(engine_create(m, &o, &e, &d) == 0, "%s", d.msg);
+	float logits[6 * 256];
+	const int32_t extremes[] = { 0, 1, -1, 2, 5, 6, 7, 8, 9, 10, 31, 32, 33, 63, 64, 255, 256,
+				     INT32_MAX, INT32_MIN, INT32_MAX / 8 };
+	uint64_t r = 1;
+	int n_ok = 0;
+	for (int it = 0; it < 3000; it++) {
+		struct vb v;
+		vb_init(&v);
+		int32_t *fields[] = { v.tok, v.pos, v.slots, v.start, v.ctx, v.table, v.rows };
+		const int lens[] = { 6, 6, 6, 3, 2, 8, 6 };
+		for (int k = 0; k < 1 + it % 3; k++) { /* 1-3 corruptions */
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			int f = (int)((r >> 33) % 8);
+			int32_t val = extremes[(r >> 17) % (sizeof extremes / sizeof extremes[0])];
+			if (f == 7) {
+				int which = (int)((r >> 40) % 4);
+				if (which == 0)
+					v.b.n_tokens = val;
+				else if (which == 1)
+					v.b.n_seqs = val;
+				else if (which == 2)
+					v.b.n_logits = val;
+				else
+					v.b.max_blocks_per_seq = val;
+			} else {
+				fields[f][(r >> 45) % (uint64_t)lens[f]] = val;
+			}
+		}
+		int rc = engine_forward(e, &v.b, logits);
+		ck_assert_msg(rc == 0 || rc == ERR_INVAL, "iteration %d: rc %d", it, rc);
+		n_ok += rc == 0;
+	}
+	ck_assert_int_lt(n_ok, 3000); /* the corruptions were mostly caught */
+	engine_destroy(e);
 	tmodel_destroy(m);
 }
 END_TEST
@@ -473,6 +534,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_validation);
+	tcase_add_test(tc, test_validation_random);
 	tcase_add_test(tc, test_kv_block_bytes);
 	tcase_add_test(tc, test_copy_blocks);
 	tcase_add_test(tc, test_layouts_and_kv_dtype);

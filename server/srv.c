@@ -194,6 +194,12 @@ static void handle_tokenize(struct srv *s, struct http_req *r)
 		srv_respond_error(s, r, &e);
 		return;
 	}
+	if (q.model && strcmp(q.model, s->model_name) != 0) {
+		api_error_model_not_found(&e, q.model);
+		srv_respond_error(s, r, &e);
+		api_tokenize_req_free(&q);
+		return;
+	}
 	struct buf text;
 	buf_init(&text);
 	const char *src = q.prompt;
@@ -239,6 +245,12 @@ static void handle_detokenize(struct srv *s, struct http_req *r)
 	struct api_error e;
 	if (api_parse_detokenize(body, len, &s->limits, &q, &e)) {
 		srv_respond_error(s, r, &e);
+		return;
+	}
+	if (q.model && strcmp(q.model, s->model_name) != 0) {
+		api_error_model_not_found(&e, q.model);
+		srv_respond_error(s, r, &e);
+		api_detokenize_req_free(&q);
 		return;
 	}
 	struct buf text;
@@ -358,6 +370,18 @@ static void on_request(void *ud, struct http_req *r)
 		api_error_unauthorized(&e);
 		srv_respond_error(s, r, &e);
 		return;
+	}
+	if (strcmp(rt->method, "POST") == 0) {
+		/* JSON bodies only; an absent Content-Type is read as JSON */
+		const char *ct = http_req_header(r, "Content-Type");
+		if (ct && strncasecmp(ct, "application/json", 16) != 0) {
+			api_error_set(&e, ERR_UNSUPPORTED, 415, NULL, NULL, NULL,
+				      "Content-Type must be application/json (got '%.60s'); with "
+				      "curl, add -H 'Content-Type: application/json'",
+				      ct);
+			srv_respond_error(s, r, &e);
+			return;
+		}
 	}
 	if (rt->flags & R_NEEDS_MODEL) {
 		if (s->draining) {

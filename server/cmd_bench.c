@@ -410,7 +410,7 @@ static int bench_engine(int argc, char **argv)
 {
 	const char *model_path = NULL, *dtype_s = "f16", *kv_s = "f32", *quant_s = "none";
 	const char *batches_s = "1,4,16,64";
-	bool synthetic = false;
+	bool synthetic = false, probes = true;
 	int threads = 0, layers = 16, hidden = 2048, heads = 32, kv_heads = 8, ffn = 8192;
 	int vocab = 32000, prompt = 512, decode_ctx = 128, steps = 8;
 	const struct cli_opt opts[] = {
@@ -430,6 +430,7 @@ static int bench_engine(int argc, char **argv)
 		{ "batches", CLI_STR, &batches_s, "LIST", "decode batch sizes (1,4,16,64)" },
 		{ "decode-ctx", CLI_INT, &decode_ctx, "N", "KV positions each decode attends over (128)" },
 		{ "steps", CLI_INT, &steps, "N", "timed decode steps per batch size (8)" },
+		{ "probes", CLI_BOOL, &probes, NULL, "measure bandwidth and FMA peak (default on)" },
 	};
 	const struct cli_cmd cmd = {
 		.name = "bench engine",
@@ -533,19 +534,23 @@ static int bench_engine(int argc, char **argv)
 		return 1;
 	}
 	const int nth = kpool_size(pool);
-	double bw = probe_bandwidth(pool);
-	double peak = probe_fma(pool);
+	double bw = probes ? probe_bandwidth(pool) : 0;
+	double peak = probes ? probe_fma(pool) : 0;
 	kpool_destroy(pool);
-	printf("machine: %d threads; triad bandwidth %.1f GB/s; FMA peak %.1f GFLOP/s "
-	       "(shared machine: figures are noisy)\n", nth, bw, peak);
+	if (probes)
+		printf("machine: %d threads; triad bandwidth %.1f GB/s; FMA peak %.1f GFLOP/s\n",
+		       nth, bw, peak);
 
 	double ptps;
 	if ((rc = run_prefill(e, prompt, vocab, &ptps))) {
 		fprintf(stderr, "bench engine: prefill failed: %s\n", err_str(rc));
 	} else {
 		double gflops = 2.0 * step_weight_params(m) * ptps / 1e9;
-		printf("prefill: %d tokens: %.1f tokens/s, %.1f GFLOP/s of matmul (%.0f%% of FMA peak)\n",
-		       prompt, ptps, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0);
+		printf("prefill: %d tokens: %.1f tokens/s, %.1f GFLOP/s of matmul", prompt, ptps,
+		       gflops);
+		if (peak > 0)
+			printf(" (%.0f%% of FMA peak)", 100.0 * gflops / peak);
+		printf("\n");
 	}
 	double tps1 = 0;
 	for (int i = 0; i < n_batches && !rc; i++) {
@@ -557,11 +562,13 @@ static int bench_engine(int argc, char **argv)
 		double tps = batches[i] / step, abw = wbytes / step / 1e9;
 		if (batches[i] == 1)
 			tps1 = tps;
-		printf("decode: batch %3d: %8.1f tokens/s, step %7.2f ms, weights %.1f GB/s = %3.0f%% "
-		       "of triad%s", batches[i], tps, step * 1e3, abw, bw > 0 ? 100.0 * abw / bw : 0.0,
-		       tps1 > 0 && batches[i] > 1 ? "" : "\n");
+		printf("decode: batch %3d: %8.1f tokens/s, step %7.2f ms, weights %.1f GB/s",
+		       batches[i], tps, step * 1e3, abw);
+		if (bw > 0)
+			printf(" = %3.0f%% of triad", 100.0 * abw / bw);
 		if (tps1 > 0 && batches[i] > 1)
-			printf(", %.1fx batch 1\n", tps / tps1);
+			printf(", %.1fx batch 1", tps / tps1);
+		printf("\n");
 	}
 	engine_destroy(e);
 	synth_free(&s);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/tokenizer.h"
 
@@ -128,11 +129,60 @@ START_TEST(test_synthetic)
 }
 END_TEST
 
+/* Broken or unsupported tokenizer.json files fail with a message. */
+START_TEST(test_bad_json)
+{
+	static const struct {
+		const char *json;
+		int rc;
+		const char *msg;
+	} cases[] = {
+		{ "{not json", ERR_FORMAT, "not valid JSON" },
+		{ "{}", ERR_FORMAT, "no model" },
+		{ "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}", ERR_UNSUPPORTED, "Unigram" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", ERR_FORMAT, "bad id" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a b\"]}}", ERR_FORMAT,
+		  "not in the vocabulary" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", ERR_FORMAT, "merges[0]" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+		  "\"normalizer\":{\"type\":\"BertNormalizer\"}}",
+		  ERR_UNSUPPORTED, "BertNormalizer" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+		  "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}}",
+		  ERR_UNSUPPORTED, "regex" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+		  "\"added_tokens\":[{\"id\":\"x\",\"content\":\"b\"}]}",
+		  ERR_FORMAT, "added_tokens" },
+		{ "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},\"post_processor\":"
+		  "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\"}}],"
+		  "\"special_tokens\":{\"<s>\":{\"ids\":[7]}}}}",
+		  ERR_FORMAT, "out of range" },
+	};
+	char path[] = "/tmp/aorta_tok_bad_XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		FILE *f = fopen(path, "wb");
+		fputs(cases[i].json, f);
+		fclose(f);
+		struct tokenizer *t = NULL;
+		struct diag d = { 0 };
+		int rc = tok_load_json(path, NULL, &t, &d);
+		ck_assert_msg(rc == cases[i].rc, "case %zu: rc %d (%s)", i, rc, d.msg);
+		ck_assert_msg(strstr(d.msg, cases[i].msg) != NULL, "case %zu: message '%s'", i, d.msg);
+		ck_assert_ptr_null(t);
+	}
+	unlink(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tok_synthetic");
 	TCase *tc = tcase_create("synthetic");
 	tcase_add_test(tc, test_synthetic);
+	tcase_add_test(tc, test_bad_json);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "tok_test_util.h"
 
@@ -318,6 +319,31 @@ START_TEST(test_stream_invalid_bytes)
 }
 END_TEST
 
+/* tok_load_for_model picks the HF directory's tokenizer.json (+ config). */
+START_TEST(test_load_for_model)
+{
+	struct model m;
+	memset(&m, 0, sizeof(m));
+	struct tokenizer *t;
+	struct diag d = { 0 };
+	ck_assert_int_eq(tok_load_for_model(&m, &t, &d), ERR_NOTFOUND);
+	m.format = MODEL_FORMAT_HF;
+	m.tokenizer_json_path = tt_path("mistral", "tokenizer.json");
+	m.tokenizer_config_path = tt_path("mistral", "tokenizer_config.json");
+	ck_assert_msg(tok_load_for_model(&m, &t, &d) == 0, "%s", d.msg);
+	ck_assert_int_eq(tok_bos(t), 1);
+	ck_assert(tok_add_bos(t));
+	tok_destroy(t);
+	free(m.tokenizer_json_path);
+	free(m.tokenizer_config_path);
+	/* a missing or broken file is an error with a message, not a crash */
+	m.tokenizer_json_path = (char *)"/nonexistent/tokenizer.json";
+	m.tokenizer_config_path = NULL;
+	ck_assert_int_eq(tok_load_for_model(&m, &t, &d), ERR_IO);
+	ck_assert_ptr_nonnull(strstr(d.msg, "/nonexistent/tokenizer.json"));
+}
+END_TEST
+
 /* One loaded tokenizer shared by several threads: each encodes and decodes
  * every fixture text (different starting points) and must get what one thread
  * gets (the server tokenizes on a worker pool, detokenizes on the engine thread). */
@@ -412,6 +438,7 @@ int main(void)
 	tcase_add_test(tu, test_invalid_utf8);
 	tcase_add_test(tu, test_stream_partial);
 	tcase_add_test(tu, test_stream_invalid_bytes);
+	tcase_add_test(tu, test_load_for_model);
 	tcase_add_loop_test(tu, test_threads, 1, 3); /* llama3, qwen3 */
 	suite_add_tcase(s, tu);
 	SRunner *sr = srunner_create(s);

@@ -487,6 +487,16 @@ int model_config_from_hf(const char *dir, struct model_config *c, struct diag *d
 	    (rc = j_f32(cfg, "rope_theta", &c->rope_theta, d)) ||
 	    (rc = j_f32(cfg, "rms_norm_eps", &c->rms_eps, d)) || (rc = hf_rope_scaling(cfg, c, d)))
 		goto out;
+	/* Sliding-window attention (Mistral v0.1; Qwen2 with use_sliding_window)
+	 * is not implemented: within the window it equals full attention, so cap
+	 * the context at the window and the model computes the same function. */
+	int window = 0;
+	bool use_window = c->arch == ARCH_MISTRAL;
+	j_bool(cfg, "use_sliding_window", &use_window);
+	if ((rc = j_int(cfg, "sliding_window", &window, false, d)))
+		goto out;
+	if (use_window && window > 0 && window < c->max_ctx)
+		c->max_ctx = window;
 	c->rope_style = ROPE_STYLE_NEOX;
 	c->qkv_bias = c->arch == ARCH_QWEN2;
 	j_bool(cfg, "attention_bias", &c->qkv_bias);

@@ -373,6 +373,22 @@ START_TEST(test_hf_config_errors)
 			"\"intermediate_size\":96,\"num_attention_heads\":4,\"vocab_size\":268,"
 			"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}");
 	expect_load_error(dir, ERR_UNSUPPORTED, "rope_scaling type 'yarn'");
+	/* a sliding window caps the context (Mistral v0.1); Qwen2 only with use_sliding_window */
+	write_text(cfg, "{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+			"\"intermediate_size\":96,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+			"\"vocab_size\":268,\"max_position_embeddings\":4096,\"sliding_window\":1024}");
+	struct model *m = NULL;
+	ck_assert_int_eq(model_load(dir, &m, &d), 0);
+	ck_assert_int_eq(m->cfg.max_ctx, 1024);
+	ck_assert_int_eq(m->cfg.arch, ARCH_MISTRAL);
+	model_destroy(m);
+	write_text(cfg, "{\"model_type\":\"llama\",\"hidden_size\":64,\"num_hidden_layers\":2,"
+			"\"intermediate_size\":96,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+			"\"vocab_size\":268,\"max_position_embeddings\":4096,\"sliding_window\":1024,"
+			"\"use_sliding_window\":false}");
+	ck_assert_int_eq(model_load(dir, &m, &d), 0);
+	ck_assert_int_eq(m->cfg.max_ctx, 4096);
+	model_destroy(m);
 	write_text(cfg, "not json");
 	expect_load_error(dir, ERR_FORMAT, "not a JSON object");
 	snprintf(buf, sizeof buf, "%s/nope", tmp);

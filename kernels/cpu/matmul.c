@@ -25,6 +25,7 @@
 
 #define MM_GEMV_MAX_M 16     /* up to here GEMV; above, GEMM when available */
 #define MM_KC 256	     /* k-depth of a packed GEMM panel */
+#define MM_GEMV_KC 512	     /* k-chunk of the GEMV tiles for m > MM_TX */
 #define MM_I8_KCHUNK 65536   /* int32 lanes cannot overflow below 2^17 */
 #define MM_XBLOCK_BYTES (256 * 1024) /* quantized X kept hot per block */
 #define MM_INT_TILE_MAX_M 3  /* integer path: dot tiles up to here, packed GEMM above */
@@ -110,6 +111,8 @@ struct mm_call {
 	struct kpool *pool;
 	const struct kmat *w;
 	const float *x;
+	const float *xf; /* float paths: X as the tiles read it (padded copy or x) */
+	int64_t ldx;     /* and its row stride */
 	int m;
 	float *y;
 	int8_t *xq;   /* integer paths: quantized X, m rows of ldq bytes */
@@ -131,22 +134,36 @@ static void gemv_worker(void *p, int ith, int nth)
 	for (long g = g0; g < g1; g++) {
 		const int64_t r0 = (int64_t)g * MM_TW;
 		const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
-		const float *wp;
 		if (c->m <= MM_TX && c->k->dot_w) {
 			c->k->dot_w(nw, c->m, w, r0, c->x, cols, c->y + r0, rows);
 			continue;
 		}
-		if (w->dtype == DT_F32) {
-			wp = (const float *)w->data + r0 * cols;
-		} else {
-			for (int i = 0; i < nw; i++)
-				c->k->cvt(w, r0 + i, 0, cols, buf + i * cols);
-			wp = buf;
-		}
-		for (int j0 = 0; j0 < c->m; j0 += MM_TX) {
-			const int nx = c->m - j0 < MM_TX ? c->m - j0 : MM_TX;
-			c->k->dot_f32(nw, nx, wp, cols, c->x + (int64_t)j0 * cols, cols, cols,
-				      c->y + (int64_t)j0 * rows + r0, rows);
+		/* k in chunks, so the converted chunk of these weight rows and
+		 * the chunk of all m activation rows stay in L1 for every tile */
+		for (int64_t k0 = 0; k0 < cols; k0 += MM_GEMV_KC) {
+			const int64_t kn = cols - k0 < MM_GEMV_KC ? cols - k0 : MM_GEMV_KC;
+			const float *wp;
+			int64_t ldw;
+			if (w->dtype == DT_F32) {
+				wp = (const float *)w->data + r0 * cols + k0;
+				ldw = cols;
+			} else {
+				for (int i = 0; i < nw; i++)
+					c->k->cvt(w, r0 + i, k0, kn, buf + i * MM_GEMV_KC);
+				wp = buf;
+				ldw = MM_GEMV_KC;
+			}
+			for (int j0 = 0; j0 < c->m; j0 += MM_TX) {
+				const int nx = c->m - j0 < MM_TX ? c->m - j0 : MM_TX;
+				float part[MM_TX * MM_TW];
+				c->k->dot_f32(nw, nx, wp, ldw, c->xf + (int64_t)j0 * c->ldx + k0, c->ldx,
+					      kn, part, MM_TW);
+				for (int j = 0; j < nx; j++)
+					for (int i = 0; i < nw; i++) {
+						float *yo = c->y + (int64_t)(j0 + j) * rows + r0 + i;
+						*yo = k0 ? *yo + part[j * MM_TW + i] : part[j * MM_TW + i];
+					}
+			}
 		}
 	}
 }
@@ -187,7 +204,7 @@ static void gemm_worker(void *p, int ith, int nth)
 			pack_panel(c, r0, nv, k0, kc, panel, tmp);
 			for (int i0 = 0; i0 < c->m; i0 += mr) {
 				const int mi = c->m - i0 < mr ? c->m - i0 : mr;
-				c->k->gemm(mi, kc, panel, c->x + (int64_t)i0 * cols + k0, cols,
+				c->k->gemm(mi, kc, panel, c->xf + (int64_t)i0 * c->ldx + k0, c->ldx,
 					   c->y + (int64_t)i0 * rows + r0, rows, nv, k0 > 0);
 			}
 		}
@@ -384,16 +401,24 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 	const size_t cols = (size_t)w->cols, m = (size_t)c.m;
 	size_t per_thread = 0, shared = 0;
 	int rc = 0;
-	kpool_fn fn;
+	kpool_fn fn = fallback_worker;
 
 	if (is_float_dtype(w->dtype)) {
+		c.xf = c.x;
+		c.ldx = (int64_t)cols;
+		if (c.m > MM_TX) {
+			/* Copy X with a row stride that is not a multiple of 4 KiB:
+			 * the tiles walk several X rows at the same k, and rows
+			 * 8 or 32 KiB apart all land in the same L1 sets. */
+			c.ldx = (int64_t)((cols + 15) / 16 * 16 + 16);
+			rc = ck_mul(m * (size_t)c.ldx, sizeof(float), &shared);
+		}
 		if (c.m > MM_GEMV_MAX_M && c.k->gemm) {
 			fn = gemm_worker;
-			rc = ck_mul((size_t)MM_KC * (size_t)(c.k->nr + 1), sizeof(float), &per_thread);
+			per_thread = (size_t)MM_KC * (size_t)(c.k->nr + 1) * sizeof(float);
 		} else {
 			fn = gemv_worker;
-			if (w->dtype != DT_F32)
-				rc = ck_mul(cols, (size_t)MM_TW * sizeof(float), &per_thread);
+			per_thread = (size_t)MM_GEMV_KC * MM_TW * sizeof(float);
 		}
 	} else {
 		const bool packed = c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&
@@ -428,6 +453,12 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 		fn = fallback_worker;
 	else if (rc)
 		return rc;
+	else if (c.xf && c.ldx != (int64_t)cols) {
+		float *xs = kpool_shared(pool);
+		for (size_t j = 0; j < m; j++)
+			memcpy(xs + j * (size_t)c.ldx, c.x + j * cols, cols * sizeof(float));
+		c.xf = xs;
+	}
 	kpool_run(pool, fn, &c);
 	return 0;
 }

@@ -15,6 +15,9 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
 
+/* How far ahead (bytes) the GEMV tiles prefetch each weight row. */
+#define MM_PREFETCH 1024
+
 /* 1 << n lanes set, n <= 16. */
 static inline __mmask16 low_mask16(int64_t n)
 {
@@ -100,11 +103,16 @@ INLINE512 void dot_f32_tile(const int NW, const int NX, const float *w, int64_t 
 	for (; k + 16 <= n; k += 16) {
 		__m512 wv[MM_TW];
 #pragma GCC unroll 4
-		for (int i = 0; i < NW; i++)
+		for (int i = 0; i < NW; i++) {
 			wv[i] = _mm512_loadu_ps(w + i * ldw + k);
+			/* keep it in a register: GCC otherwise folds the load into
+			 * each of the NX FMAs, and the tile becomes load-bound */
+			__asm__("" : "+v"(wv[i]));
+		}
 #pragma GCC unroll 4
 		for (int j = 0; j < NX; j++) {
 			__m512 xv = _mm512_loadu_ps(x + j * ldx + k);
+			__asm__("" : "+v"(xv));
 #pragma GCC unroll 4
 			for (int i = 0; i < NW; i++)
 				acc[j][i] = _mm512_fmadd_ps(wv[i], xv, acc[j][i]);
@@ -175,8 +183,12 @@ INLINE512 void dot_w_tile(const int NW, const int NX, const enum dtype T, const 
 		const __mmask16 mk = n - k >= 16 ? (__mmask16)0xFFFF : low_mask16(n - k);
 		__m512 wv[MM_TW];
 #pragma GCC unroll 4
-		for (int i = 0; i < NW; i++)
+		for (int i = 0; i < NW; i++) {
+			if (((size_t)k * esize) % 64 == 0) /* once per cache line */
+				_mm_prefetch((const char *)rowp[i] + esize * (size_t)k + MM_PREFETCH,
+					     _MM_HINT_T0);
 			wv[i] = load_w16(T, rowp[i], k, mk);
+		}
 #pragma GCC unroll 4
 		for (int j = 0; j < NX; j++) {
 			__m512 xv = _mm512_maskz_loadu_ps(mk, x + j * ldx + k);
@@ -240,6 +252,10 @@ INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *
 #pragma GCC unroll 4
 		for (int i = 0; i < NW; i++) {
 			const struct q8_0_block *p = w + i * nb + b;
+			/* decode streams weights from memory once: ask for them
+			 * early (rows are only ~2 KB, too short for the hardware
+			 * prefetcher to ramp up on each) */
+			_mm_prefetch((const char *)p + MM_PREFETCH, _MM_HINT_T0);
 			wv[i] = load_q8_pair(p, two);
 			corr[i] = _mm512_dpbusd_epi32(zero, c80, wv[i]);
 			__m256 d0 = _mm256_set1_ps(_cvtsh_ss(p[0].d));

@@ -126,7 +126,16 @@ static int parse_base_url(struct run *r, const char *url, struct diag *d)
 	if (gai)
 		return diag_set(d, ERR_INVAL, "--base-url: cannot resolve %s:%s: %s", host, port,
 		                gai_strerror(gai));
-	memcpy(&r->addr, ai->ai_addr, ai->ai_addrlen);
+	/* Prefer IPv4: "localhost" often resolves to ::1 first while servers
+	 * (aorta's default included) listen on 127.0.0.1. */
+	const struct addrinfo *pick = ai;
+	for (const struct addrinfo *a = ai; a; a = a->ai_next) {
+		if (a->ai_family == AF_INET) {
+			pick = a;
+			break;
+		}
+	}
+	memcpy(&r->addr, pick->ai_addr, pick->ai_addrlen);
 	freeaddrinfo(ai);
 	return 0;
 }

@@ -83,6 +83,7 @@ struct srv_session {
 	int64_t prompt_tokens, completion_tokens;
 	bool first_token_seen;
 	double t0;
+	double ttft; /* seconds from arrival to the first token event; 0 = none yet */
 	struct buf out; /* scratch for rendering */
 };
 
@@ -324,7 +325,8 @@ static void on_token(struct srv_session *x, struct sess_choice *c, int choice,
 	double now = clock_now_s();
 	if (!x->first_token_seen) {
 		x->first_token_seen = true;
-		srv_hist_observe(&s->m.ttft, now - x->t0);
+		x->ttft = now - x->t0;
+		srv_hist_observe(&s->m.ttft, x->ttft);
 	}
 	if (c->t_last_token > 0)
 		srv_hist_observe(&s->m.itl, now - c->t_last_token);
@@ -752,11 +754,11 @@ void gen_on_close(struct srv *s, struct http_req *r, bool completed)
 	struct srv_session *x = http_req_ctx(r);
 	double ms = (clock_now_s() - x->t0) * 1000.0;
 	log_info("access",
-		 "req=%llu %s %s status=%d prompt_tokens=%lld completion_tokens=%lld "
-		 "time_ms=%.1f%s",
-		 (unsigned long long)http_req_id(r), http_req_method(r), http_req_path(r),
+		 "req=%llu id=%s %s %s status=%d prompt_tokens=%lld completion_tokens=%lld "
+		 "ttft_ms=%.1f time_ms=%.1f%s",
+		 (unsigned long long)http_req_id(r), x->id, http_req_method(r), http_req_path(r),
 		 http_req_status(r), (long long)x->prompt_tokens, (long long)x->completion_tokens,
-		 ms, completed ? "" : " client_gone=1");
+		 x->ttft * 1000.0, ms, completed ? "" : " client_gone=1");
 	x->r = NULL;
 	if (x->n_live)
 		cancel_live(x); /* the client went away: free its KV blocks at the next step */

@@ -294,6 +294,54 @@ class Auth(unittest.TestCase):
             self.assertEqual(srv.stop(), 0)
 
 
+class Overload(unittest.TestCase):
+    def test_queue_full_gets_429_with_retry_after(self):
+        srv = Server(MODEL, "--max-model-len", "512", "--max-num-seqs", "1",
+                     "--max-queued-requests", "2")
+        statuses = []
+        retry = []
+        lock = threading.Lock()
+
+        def run():
+            st, body, resp = srv.request("POST", "/v1/completions",
+                                         completion(max_tokens=64, ignore_eos=True), raw=True)
+            with lock:
+                statuses.append(st)
+                if st == 429:
+                    retry.append(resp.getheader("Retry-After"))
+                    self.assertIn("message", json.loads(body)["error"])
+
+        try:
+            threads = [threading.Thread(target=run) for _ in range(12)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            self.assertIn(429, statuses, statuses)
+            self.assertIn(200, statuses, statuses)
+            self.assertTrue(set(statuses) <= {200, 429}, statuses)
+            self.assertTrue(all(r and int(r) >= 1 for r in retry), retry)
+            # the queue drains and the server serves again
+            self.assertEqual(srv.post("/v1/completions", completion(max_tokens=2))[0], 200)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
+class AccessLog(unittest.TestCase):
+    def test_json_log_lines(self):
+        srv = Server(MODEL, "--max-model-len", "256", "--log-format", "json")
+        try:
+            self.assertEqual(srv.post("/v1/completions", completion(max_tokens=2))[0], 200)
+        finally:
+            self.assertEqual(srv.stop(), 0)
+        lines = [json.loads(l) for l in srv.logtext().splitlines() if l.strip()]
+        access = [l for l in lines if l["module"] == "access" and "/v1/completions" in l["msg"]]
+        self.assertEqual(len(access), 1, lines)
+        for field in ("status=200", "prompt_tokens=", "completion_tokens=2", "ttft_ms=",
+                      "time_ms="):
+            self.assertIn(field, access[0]["msg"])
+
+
 class Shutdown(unittest.TestCase):
     def test_sigterm_during_stream(self):
         srv = Server(MODEL, "--max-model-len", "512", "--shutdown-timeout", "20")
@@ -318,6 +366,7 @@ class Shutdown(unittest.TestCase):
         self.assertEqual(fin[0], "length")
         self.assertEqual(events[-1], "[DONE]")
         self.assertEqual(srv.proc.wait(30), 0)
+        self.assertEqual(srv.stop(), 0)
 
     def test_bad_model_exits_nonzero(self):
         bad = os.path.join(TMP.name, "bad.gguf")

@@ -84,7 +84,7 @@ int sampling_params_validate(const struct sampling_params *p, int vocab, struct 
 	if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
 		return diag_set(d, ERR_RANGE, "top_p must be in (0, 1]");
 	if (p->top_k < -1)
-		return diag_set(d, ERR_RANGE, "top_k must be -1 (disabled) or >= 1");
+		return diag_set(d, ERR_RANGE, "top_k must be -1 or 0 (disabled) or >= 1");
 	if (!in_range(p->min_p, 0.0f, 1.0f))
 		return diag_set(d, ERR_RANGE, "min_p must be in [0, 1]");
 	if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 2.0f))

@@ -7,10 +7,12 @@
  * user at a time (normally the engine thread); there is no shared state, so
  * a large batch may be sampled on several threads with one scratch per
  * thread, and each sequence still gets the same tokens. sampling_params are
- * immutable once validated and may be read from any thread. Pointers inside sampling_params are borrowed: the request
- * that owns them must outlive every sampler_state built from them.
+ * immutable once validated and may be read from any thread. Pointers inside
+ * sampling_params are borrowed: the request that owns them must outlive every
+ * sampler_state built from them.
  *
- * The chain, in order (vLLM v1's order; HF applies the same operations):
+ * The chain, in order (vLLM v1's order; the penalty formulas are HF's and
+ * OpenAI's):
  *   1. min_tokens: while fewer than min_tokens tokens were generated, EOS ids
  *      (unless ignore_eos) and stop_token_ids get -inf.
  *   2. logit_bias: logit[t] += clamp(bias, -100, 100).

@@ -171,12 +171,18 @@ static float max_rel_diff(const float *a, const float *b, int n)
 
 /* ---- tests ------------------------------------------------------------------- */
 
+/* Weight dtypes the invariance test runs with: F32 (float matmul), Q8_0
+ * (the integer-dot path) and F16 with an F16 KV cache. */
+static const enum dtype inv_dtypes[] = { DT_F32, DT_Q8_0, DT_F16 };
+
 START_TEST(test_batch_invariance)
 {
 	struct model_config c;
 	tmodel_config_small(&c);
-	struct model *m = make_model(&c, DT_F32, ROPE_STYLE_NEOX);
+	struct model *m = make_model(&c, inv_dtypes[_i], ROPE_STYLE_NEOX);
 	struct engine_opts o = default_opts();
+	if (inv_dtypes[_i] == DT_F16)
+		o.kv_dtype = DT_F16;
 	struct engine *e;
 	struct diag d = { 0 };
 	ck_assert_msg(engine_create(m, &o, &e, &d) == 0, "%s", d.msg);
@@ -228,7 +234,8 @@ START_TEST(test_batch_invariance)
 				      alone[i].toks[t], chunked[i].toks[t]);
 		}
 		float rd = max_rel_diff(lb + (size_t)i * c.vocab, la + (size_t)i * c.vocab, c.vocab);
-		ck_assert_msg(rd <= 1e-5f, "seq %d first-token logits differ by %g", i, rd);
+		ck_assert_msg(rd <= 1e-5f, "%s: seq %d first-token logits differ by %g",
+			      dtype_name(inv_dtypes[_i]), i, rd);
 	}
 	free(la);
 	free(lb);
@@ -538,7 +545,7 @@ int main(void)
 	tcase_add_test(tc, test_kv_block_bytes);
 	tcase_add_test(tc, test_copy_blocks);
 	tcase_add_test(tc, test_layouts_and_kv_dtype);
-	tcase_add_test(tc, test_batch_invariance);
+	tcase_add_loop_test(tc, test_batch_invariance, 0, 3);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

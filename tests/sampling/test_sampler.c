@@ -357,6 +357,71 @@ START_TEST(test_dist_large_vocab_min_p_heap_peaked)
 }
 END_TEST
 
+/* Random parameters, sizes and logits (ties, -inf, NaN, a vocabulary of 1):
+ * every draw must succeed, land in the reference's kept set, and report
+ * consistent logprobs. Runs under ASan/UBSan in CI. */
+START_TEST(test_random_params)
+{
+	struct rng g;
+	rng_seed(&g, 4242);
+	enum { MAXV = 3000 };
+	float *l = malloc(sizeof(float) * MAXV), *work = malloc(sizeof(float) * MAXV);
+	double *want = malloc(sizeof(double) * MAXV);
+	struct sampler_scratch sc;
+	ck_assert_int_eq(sampler_scratch_init(&sc, MAXV), 0);
+	for (int it = 0; it < 300; it++) {
+		int v = 1 + (int)(rng_next(&g) % (it % 3 == 0 ? 20 : MAXV));
+		bool quant = rng_next(&g) % 2; /* many exact ties */
+		for (int i = 0; i < v; i++) {
+			double x = rng_uniform(&g) * 16.0 - 8.0;
+			l[i] = quant ? (float)(floor(x) * 0.5) : (float)x;
+			if (rng_next(&g) % 50 == 0)
+				l[i] = -INFINITY;
+		}
+		l[rng_next(&g) % v] = 3.0f; /* at least one finite */
+		struct sampling_params p;
+		sampling_params_init(&p);
+		p.has_seed = true;
+		p.seed = rng_next(&g);
+		p.temperature = (float)(0.05 + rng_uniform(&g) * 1.95);
+		p.top_p = rng_next(&g) % 2 ? (float)(0.01 + rng_uniform(&g) * 0.99) : 1.0f;
+		p.top_k = rng_next(&g) % 2 ? 1 + (int)(rng_next(&g) % (v + 5)) : -1;
+		p.min_p = rng_next(&g) % 3 == 0 ? (float)rng_uniform(&g) : 0.0f;
+		p.logprobs = (int)(rng_next(&g) % 22) - 1;
+		ck_assert_int_eq(sampling_params_validate(&p, v, NULL), 0);
+		ref_probs(l, v, p.temperature, p.min_p, p.top_k, p.top_p, want);
+		struct sampler_state s;
+		ck_assert_int_eq(sampler_state_init(&s, &p, 0, 0, NULL, 0, NULL, 0), 0);
+		for (int d = 0; d < 5; d++) {
+			memcpy(work, l, sizeof(float) * (size_t)v);
+			if (d == 4 && v > 1)
+				work[0] = NAN; /* treated as -inf: make the reference agree */
+			struct sample_result r;
+			ck_assert_int_eq(sampler_sample(&p, &s, &sc, work, v, &r), 0);
+			ck_assert(r.token >= 0 && r.token < v);
+			if (d < 4)
+				ck_assert_msg(want[r.token] > 0, "it %d: token %d not in the kept set",
+					      it, r.token);
+			if (p.logprobs >= 0) {
+				ck_assert(r.logprob <= 1e-6f && r.logprob >= SAMPLER_LOGPROB_MIN);
+				ck_assert_int_eq(r.n_top, p.logprobs < v ? p.logprobs : v);
+				for (int j = 1; j < r.n_top; j++)
+					ck_assert(r.top[j].logprob <= r.top[j - 1].logprob);
+				if (r.rank <= r.n_top)
+					ck_assert_float_eq(r.top[r.rank - 1].logprob, r.logprob);
+				else
+					ck_assert(r.n_top == 0 || r.logprob <= r.top[r.n_top - 1].logprob);
+			}
+		}
+		sampler_state_deinit(&s);
+	}
+	sampler_scratch_deinit(&sc);
+	free(l);
+	free(work);
+	free(want);
+}
+END_TEST
+
 /* ---- penalties, bias, min_tokens, greedy ---------------------------------- */
 
 START_TEST(test_penalties_and_bias)
@@ -793,6 +858,7 @@ static Suite *sampler_suite(void)
 	tcase_add_test(tc, test_dist_min_p_and_chain);
 	tcase_add_test(tc, test_dist_large_vocab);
 	tcase_add_test(tc, test_dist_large_vocab_min_p_heap_peaked);
+	tcase_add_test(tc, test_random_params);
 	tcase_add_test(tc, test_penalties_and_bias);
 	tcase_add_test(tc, test_min_tokens_masks_eos);
 	tcase_add_test(tc, test_greedy_and_edge_cases);

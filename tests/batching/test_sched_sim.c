@@ -1,5 +1,6 @@
 /* tests/batching/test_sched_sim.c — randomized simulation of the scheduler
- * and KV block manager against the fake engine (fake_engine.h), fixed seeds.
+ * and KV block manager, fixed seeds, against the fake engine (fake_engine.h)
+ * and again against the real CPU engine on a generated tiny model.
  *
  * Thousands of requests with random prompt lengths, shared system prompts,
  * max_tokens, n, arrival steps and cancellations, under a KV pool small
@@ -8,17 +9,20 @@
  * nothing, the token and sequence budgets. At the end: every request
  * finished, was cancelled or was refused exactly when it could never fit;
  * every output equals the request's output run alone (the fake engine's
- * reference function); no block is held. Also: a shared system prompt is
- * computed once (counted prefill tokens), and the policy's details.
+ * reference function, or the real CPU engine on a generated tiny model
+ * running the choice by itself); no block is held.
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "batching/kv_blocks.h"
 #include "batching/scheduler.h"
 #include "batching/sequence.h"
+#include "engine/engine.h"
+#include "engine/model_gen.h"
 #include "fake_engine.h"
 
 /* Check's ck_assert costs a syscall per call (it records the last passed
@@ -29,9 +33,22 @@
 			ck_abort_msg(__VA_ARGS__);        \
 	} while (0)
 
-#define VOCAB 50
-#define EOS 0
 #define MAXN 3
+
+struct req;
+
+/* The model the simulation drives: the fake engine, or the real CPU engine
+ * on a generated tiny model. `alone` gives a request's reference output. */
+struct sim_engine {
+	int vocab;
+	int32_t eos;
+	void *ctx;
+	/* Greedy next token of each logits row. */
+	int (*forward)(void *ctx, const struct engine_batch *b, int32_t *next);
+	int (*copy)(void *ctx, const int32_t *src, const int32_t *dst, int n);
+	/* Choice k of r run alone: out[0, *n). */
+	void (*alone)(void *ctx, const struct req *r, int k, int32_t *out, int *n);
+};
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -49,9 +66,9 @@ static int rng_int(uint64_t *s, int lo, int hi) /* [lo, hi] */
 
 /* The fake sampler: greedy, offset by the choice index so n > 1 choices
  * diverge (and copy-on-write matters). */
-static int32_t pick(int32_t greedy, int index)
+static int32_t pick(int32_t greedy, int index, int vocab)
 {
-	return (greedy + index * 7) % VOCAB;
+	return (greedy + index * 7) % vocab;
 }
 
 struct req {
@@ -70,7 +87,7 @@ struct req {
 struct sim {
 	struct kv_pool *pool;
 	struct sched *sched;
-	struct fake_engine fe;
+	const struct sim_engine *eng;
 	struct sched_opts so;
 	int n_blocks, bs;
 	struct req *reqs;
@@ -79,9 +96,11 @@ struct sim {
 	uint64_t max_rows, preempt_steps;
 };
 
-static void sim_init(struct sim *m, int n_blocks, int bs, bool cache, const struct sched_opts *so)
+static void sim_init(struct sim *m, int n_blocks, int bs, bool cache, const struct sched_opts *so,
+		     const struct sim_engine *eng)
 {
 	memset(m, 0, sizeof(*m));
+	m->eng = eng;
 	m->n_blocks = n_blocks;
 	m->bs = bs;
 	m->so = *so;
@@ -89,7 +108,6 @@ static void sim_init(struct sim *m, int n_blocks, int bs, bool cache, const stru
 	struct diag d = {0};
 	ck_assert_int_eq(kv_pool_create(&ko, &m->pool, &d), 0);
 	ck_assert_msg(sched_create(m->pool, so, &m->sched, &d) == 0, "%s", d.msg);
-	ck_assert_int_eq(fake_engine_init(&m->fe, n_blocks, bs, VOCAB), 0);
 	m->held = calloc((size_t)n_blocks, sizeof(int));
 }
 
@@ -103,7 +121,6 @@ static void sim_deinit(struct sim *m)
 	free(m->reqs);
 	sched_destroy(m->sched);
 	kv_pool_destroy(m->pool);
-	fake_engine_deinit(&m->fe);
 	free(m->held);
 }
 
@@ -223,10 +240,10 @@ static void postprocess(struct sim *m, const struct sched_step *st, const int32_
 		}
 		for (int g = 0; g < ng; g++) {
 			struct seq *c = group[g];
-			int32_t tok = pick(next[i], c->index);
+			int32_t tok = pick(next[i], c->index, m->eng->vocab);
 			sched_append_token(m->sched, c, tok);
 			enum seq_finish why = SEQ_FINISH_NONE;
-			if (tok == EOS)
+			if (tok == m->eng->eos)
 				why = SEQ_FINISH_STOP;
 			else if (seq_n_generated(c) >= c->max_tokens)
 				why = SEQ_FINISH_LENGTH;
@@ -250,44 +267,44 @@ static bool sim_step(struct sim *m)
 		return false;
 	if ((uint64_t)st->n_tokens > m->max_rows)
 		m->max_rows = (uint64_t)st->n_tokens;
-	REQUIRE(fake_engine_copy_blocks(&m->fe, st->copy_src, st->copy_dst, st->n_copies) == 0,
-		"%s", m->fe.err);
+	REQUIRE(m->eng->copy(m->eng->ctx, st->copy_src, st->copy_dst, st->n_copies) == 0,
+		"block copy failed");
 	struct engine_batch b;
 	sched_step_batch(st, &b);
 	int32_t next[256];
 	REQUIRE(st->n_logits <= 256, "too many logits rows");
-	REQUIRE(fake_engine_forward(&m->fe, &b, next, NULL) == 0, "%s", m->fe.err);
+	REQUIRE(m->eng->forward(m->eng->ctx, &b, next) == 0, "forward failed");
 	sched_commit(m->sched);
 	postprocess(m, st, next);
 	return true;
 }
 
 /* Every output equals what the request gives alone. */
-static void check_outputs(const struct req *r)
+static void check_outputs(const struct sim *m, const struct req *r)
 {
+	int32_t *want = malloc((size_t)(r->max_tokens + 1) * sizeof(int32_t));
 	for (int k = 0; k < MAXN; k++) {
 		if (!r->finished[k])
 			continue;
-		uint64_t h = FAKE_HASH_INIT;
-		for (int i = 0; i < r->n_prompt; i++)
-			h = fake_hash_step(h, r->prompt[i]);
-		for (int j = 0; j < r->n_out[k]; j++) {
-			int32_t want = pick(fake_hash_token(h, VOCAB), k);
-			REQUIRE(r->out[k][j] == want, "choice %d token %d: got %d want %d", k, j,
-				r->out[k][j], want);
-			h = fake_hash_step(h, want);
-			REQUIRE(j + 1 == r->n_out[k] || want != EOS, "output continues after EOS");
-		}
+		int n_want = 0;
+		m->eng->alone(m->eng->ctx, r, k, want, &n_want);
+		/* A cancelled choice stopped early: its output is a prefix. */
+		REQUIRE(r->cancelled ? r->n_out[k] <= n_want : r->n_out[k] == n_want,
+			"choice %d: %d tokens, alone %d", k, r->n_out[k], n_want);
+		for (int j = 0; j < r->n_out[k]; j++)
+			REQUIRE(r->out[k][j] == want[j], "choice %d token %d: got %d, alone %d", k, j,
+				r->out[k][j], want[j]);
 		if (r->why[k] == SEQ_FINISH_LENGTH)
 			ck_assert_int_eq(r->n_out[k], r->max_tokens);
 		if (r->why[k] == SEQ_FINISH_STOP)
-			ck_assert_int_eq(r->out[k][r->n_out[k] - 1], EOS);
+			ck_assert_int_eq(r->out[k][r->n_out[k] - 1], m->eng->eos);
 		if (!r->cancelled)
 			ck_assert(r->why[k] == SEQ_FINISH_LENGTH || r->why[k] == SEQ_FINISH_STOP);
 	}
 	if (!r->cancelled && !r->refused)
 		for (int k = 0; k < r->n; k++)
 			ck_assert_msg(r->finished[k], "choice %d of a request never finished", k);
+	free(want);
 }
 
 struct sim_cfg {
@@ -295,20 +312,21 @@ struct sim_cfg {
 	bool cache;
 };
 
-static void run_sim(uint64_t seed, const struct sim_cfg *c)
+static void run_sim(uint64_t seed, const struct sim_cfg *c, const struct sim_engine *eng)
 {
+	const int vocab = eng->vocab;
 	struct sched_opts so = {.max_num_seqs = c->max_seqs,
 				.max_num_batched_tokens = c->budget,
 				.max_model_len = c->max_len};
 	struct sim m;
-	sim_init(&m, c->n_blocks, c->bs, c->cache, &so);
+	sim_init(&m, c->n_blocks, c->bs, c->cache, &so, eng);
 	uint64_t rng = seed * 7919 + 1;
 	/* Four system prompts, one empty. */
 	int sys_len[4] = {0, rng_int(&rng, 8, 40), rng_int(&rng, 40, 90), rng_int(&rng, 90, 150)};
 	int32_t sys[4][150];
 	for (int s = 0; s < 4; s++)
 		for (int i = 0; i < 150; i++)
-			sys[s][i] = rng_int(&rng, 1, VOCAB - 1);
+			sys[s][i] = rng_int(&rng, 1, vocab - 1);
 	m.n_reqs = c->n_reqs;
 	m.reqs = calloc((size_t)c->n_reqs, sizeof(*m.reqs));
 	int t = 0;
@@ -320,7 +338,7 @@ static void run_sim(uint64_t seed, const struct sim_cfg *c)
 		r->prompt = malloc((size_t)r->n_prompt * sizeof(int32_t));
 		memcpy(r->prompt, sys[s], (size_t)sys_len[s] * sizeof(int32_t));
 		for (int j = sys_len[s]; j < r->n_prompt; j++)
-			r->prompt[j] = rng_int(&rng, 1, VOCAB - 1);
+			r->prompt[j] = rng_int(&rng, 1, vocab - 1);
 		r->max_tokens = rng_int(&rng, 1, 40);
 		if (rng_int(&rng, 0, 49) == 0)
 			r->max_tokens = c->max_len; /* can never fit: refused */
@@ -352,7 +370,7 @@ static void run_sim(uint64_t seed, const struct sim_cfg *c)
 		ck_assert(m.reqs[i].done);
 		n_refused += m.reqs[i].refused;
 		n_cancelled += m.reqs[i].cancelled;
-		check_outputs(&m.reqs[i]);
+		check_outputs(&m, &m.reqs[i]);
 	}
 	struct sched_stats ss;
 	sched_get_stats(m.sched, &ss);
@@ -380,11 +398,170 @@ static void run_sim(uint64_t seed, const struct sim_cfg *c)
 	sim_deinit(&m);
 }
 
+/* ---- the fake engine ---------------------------------------------------------- */
+
+#define FAKE_VOCAB 50
+#define FAKE_EOS 0
+
+static int fake_fwd(void *ctx, const struct engine_batch *b, int32_t *next)
+{
+	struct fake_engine *fe = ctx;
+	int rc = fake_engine_forward(fe, b, next, NULL);
+	if (rc)
+		fprintf(stderr, "fake engine: %s\n", fe->err);
+	return rc;
+}
+
+static int fake_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
+{
+	struct fake_engine *fe = ctx;
+	return fake_engine_copy_blocks(fe, src, dst, n);
+}
+
+/* The fake engine's reference function, decoded greedily with the offset. */
+static void fake_alone(void *ctx, const struct req *r, int k, int32_t *out, int *n)
+{
+	(void)ctx;
+	uint64_t h = FAKE_HASH_INIT;
+	for (int i = 0; i < r->n_prompt; i++)
+		h = fake_hash_step(h, r->prompt[i]);
+	*n = 0;
+	for (int j = 0; j < r->max_tokens; j++) {
+		int32_t t = pick(fake_hash_token(h, FAKE_VOCAB), k, FAKE_VOCAB);
+		out[(*n)++] = t;
+		if (t == FAKE_EOS)
+			break;
+		h = fake_hash_step(h, t);
+	}
+}
+
+static void run_fake(uint64_t seed, const struct sim_cfg *c)
+{
+	struct fake_engine fe;
+	ck_assert_int_eq(fake_engine_init(&fe, c->n_blocks, c->bs, FAKE_VOCAB), 0);
+	struct sim_engine eng = {.vocab = FAKE_VOCAB, .eos = FAKE_EOS, .ctx = &fe,
+				 .forward = fake_fwd, .copy = fake_copy, .alone = fake_alone};
+	run_sim(seed, c, &eng);
+	fake_engine_deinit(&fe);
+}
+
+/* ---- the real CPU engine on a generated tiny model ------------------------------ */
+
+struct real {
+	char dir[64], path[96];
+	struct model *m;
+	struct engine *e;
+	float *logits;
+	int vocab, bs, max_len;
+};
+
+static int real_fwd(void *ctx, const struct engine_batch *b, int32_t *next)
+{
+	struct real *x = ctx;
+	int rc = engine_forward(x->e, b, x->logits);
+	if (rc)
+		return rc;
+	for (int i = 0; i < b->n_logits; i++) {
+		const float *l = x->logits + (size_t)i * x->vocab;
+		int best = 0;
+		for (int v = 1; v < x->vocab; v++)
+			if (l[v] > l[best])
+				best = v;
+		next[i] = best;
+	}
+	return 0;
+}
+
+static int real_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
+{
+	struct real *x = ctx;
+	return n > 0 ? engine_copy_blocks(x->e, src, dst, n) : 0;
+}
+
+/* Run choice k of r by itself: one sequence, a pool of its own, no cache. */
+static void real_alone(void *ctx, const struct req *r, int k, int32_t *out, int *n)
+{
+	struct real *x = ctx;
+	struct kv_opts ko = {.n_blocks = x->max_len / x->bs, .block_size = x->bs,
+			     .prefix_caching = false};
+	struct sched_opts so = {.max_num_seqs = 1, .max_num_batched_tokens = x->max_len,
+				.max_model_len = x->max_len};
+	struct kv_pool *pool;
+	struct sched *s;
+	ck_assert_int_eq(kv_pool_create(&ko, &pool, NULL), 0);
+	ck_assert_int_eq(sched_create(pool, &so, &s, NULL), 0);
+	struct seq *q;
+	ck_assert_int_eq(seq_create(pool, 1, r->prompt, r->n_prompt, r->max_tokens, &q), 0);
+	q->index = k;
+	ck_assert_int_eq(sched_add(s, q), 0);
+	*n = 0;
+	for (;;) {
+		const struct sched_step *st;
+		ck_assert_int_eq(sched_schedule(s, &st), 0);
+		ck_assert_int_eq(st->n_seqs, 1);
+		struct engine_batch b;
+		sched_step_batch(st, &b);
+		int32_t next;
+		ck_assert_int_eq(real_fwd(x, &b, &next), 0);
+		sched_commit(s);
+		if (st->n_logits == 0)
+			continue;
+		int32_t t = pick(next, k, x->vocab);
+		out[(*n)++] = t;
+		sched_append_token(s, q, t);
+		if (t == MODEL_GEN_EOS || *n == r->max_tokens)
+			break;
+	}
+	sched_finish(s, q, SEQ_FINISH_LENGTH);
+	seq_destroy(q);
+	sched_destroy(s);
+	kv_pool_destroy(pool);
+}
+
+static void run_real(uint64_t seed, const struct sim_cfg *c)
+{
+	struct real x = {.bs = c->bs, .max_len = c->max_len};
+	snprintf(x.dir, sizeof(x.dir), "/tmp/aorta-sim-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(x.dir));
+	snprintf(x.path, sizeof(x.path), "%s/tiny.gguf", x.dir);
+	struct model_gen_opts g;
+	model_gen_default_opts(&g);
+	g.cfg.n_layers = 2;
+	g.cfg.hidden = 32;
+	g.cfg.n_heads = 2;
+	g.cfg.n_kv_heads = 1;
+	g.cfg.head_dim = 16;
+	g.cfg.ffn = 64;
+	g.cfg.max_ctx = 512;
+	g.dtype = DT_F32;
+	g.seed = 3;
+	struct diag d = {0};
+	ck_assert_msg(model_gen_write_gguf(&g, x.path, &d) == 0, "%s", d.msg);
+	ck_assert_msg(model_load(x.path, &x.m, &d) == 0, "%s", d.msg);
+	x.vocab = x.m->cfg.vocab;
+	int alone_blocks = c->max_len / c->bs;
+	struct engine_opts eo = {.n_threads = 1, .block_size = c->bs,
+				 .n_kv_blocks = c->n_blocks > alone_blocks ? c->n_blocks : alone_blocks,
+				 .kv_dtype = DT_F32, .quantization = DT_F32,
+				 .max_batch_tokens = c->budget > c->max_len ? c->budget : c->max_len,
+				 .max_seqs = c->max_seqs, .max_blocks_per_seq = alone_blocks};
+	ck_assert_msg(engine_create(x.m, &eo, &x.e, &d) == 0, "%s", d.msg);
+	x.logits = malloc((size_t)c->max_seqs * x.vocab * sizeof(float));
+	struct sim_engine eng = {.vocab = x.vocab, .eos = MODEL_GEN_EOS, .ctx = &x,
+				 .forward = real_fwd, .copy = real_copy, .alone = real_alone};
+	run_sim(seed, c, &eng);
+	free(x.logits);
+	engine_destroy(x.e);
+	model_destroy(x.m);
+	unlink(x.path);
+	rmdir(x.dir);
+}
+
 START_TEST(test_sim_cached)
 {
 	struct sim_cfg c = {.n_reqs = 2000, .n_blocks = 48, .bs = 8, .max_seqs = 16,
 			    .budget = 64, .max_len = 256, .cache = true};
-	run_sim((uint64_t)_i, &c);
+	run_fake((uint64_t)_i, &c);
 }
 END_TEST
 
@@ -392,7 +569,7 @@ START_TEST(test_sim_uncached)
 {
 	struct sim_cfg c = {.n_reqs = 1000, .n_blocks = 40, .bs = 4, .max_seqs = 8,
 			    .budget = 48, .max_len = 160, .cache = false};
-	run_sim(100 + (uint64_t)_i, &c);
+	run_fake(100 + (uint64_t)_i, &c);
 }
 END_TEST
 
@@ -400,7 +577,7 @@ START_TEST(test_sim_block16)
 {
 	struct sim_cfg c = {.n_reqs = 1000, .n_blocks = 40, .bs = 16, .max_seqs = 24,
 			    .budget = 128, .max_len = 320, .cache = true};
-	run_sim(200 + (uint64_t)_i, &c);
+	run_fake(200 + (uint64_t)_i, &c);
 }
 END_TEST
 
@@ -409,7 +586,17 @@ START_TEST(test_sim_few_seats)
 	/* Few seats and many n > 1 requests: seats for forks must be kept. */
 	struct sim_cfg c = {.n_reqs = 600, .n_blocks = 64, .bs = 8, .max_seqs = 4,
 			    .budget = 96, .max_len = 256, .cache = true};
-	run_sim(300 + (uint64_t)_i, &c);
+	run_fake(300 + (uint64_t)_i, &c);
+}
+END_TEST
+
+START_TEST(test_sim_real_engine)
+{
+	/* The same simulation on the real CPU engine: outputs must equal each
+	 * choice run alone through the engine. */
+	struct sim_cfg c = {.n_reqs = 1000, .n_blocks = 40, .bs = 8, .max_seqs = 8,
+			    .budget = 48, .max_len = 192, .cache = true};
+	run_real(400 + (uint64_t)_i, &c);
 }
 END_TEST
 
@@ -423,6 +610,10 @@ static Suite *suite(void)
 	tcase_add_loop_test(tc, test_sim_block16, 0, 2);
 	tcase_add_loop_test(tc, test_sim_few_seats, 0, 2);
 	suite_add_tcase(s, tc);
+	TCase *tr = tcase_create("real");
+	tcase_set_timeout(tr, 120);
+	tcase_add_loop_test(tr, test_sim_real_engine, 0, 1);
+	suite_add_tcase(s, tr);
 	return s;
 }
 

@@ -175,8 +175,18 @@ static void pack_panel(const struct mm_call *c, int64_t r0, int nv, int64_t k0, 
 		       float *panel, float *tmp)
 {
 	const int nr = c->k->nr;
+	const size_t esize = dtype_block_bytes(c->w->dtype);
 	for (int col = 0; col < nr; col++) {
 		if (col < nv) {
+			/* The next panel reads the next kc values of each of these
+			 * rows: 32 short streams the hardware prefetcher does not
+			 * follow well, so ask for them while this one is packed. */
+			if (k0 + kc < c->w->cols) {
+				const char *next = (const char *)c->w->data +
+						   ((r0 + col) * c->w->cols + k0 + kc) * (int64_t)esize;
+				for (size_t off = 0; off < (size_t)kc * esize; off += 64)
+					__builtin_prefetch(next + off);
+			}
 			c->k->cvt(c->w, r0 + col, k0, kc, tmp);
 			for (int64_t k = 0; k < kc; k++)
 				panel[k * nr + col] = tmp[k];

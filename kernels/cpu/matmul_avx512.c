@@ -337,16 +337,16 @@ T512 static void dot_i8_avx512(int nw, int nx, const int8_t *w, int64_t ldw, con
 	MM_TILE_DISPATCH(dot_i8_tile, nw, nx, w, ldw, xq, ldx, n, isum);
 }
 
-/* ---- GEMM micro-kernel: 8 rows of X x 32 columns of a packed W panel ---------- */
+/* ---- GEMM micro-kernel: 12 rows of X x 32 columns of a packed W panel --------- */
 
-#define MR512 8
+#define MR512 12
 #define NR512 32
 
 INLINE512 void gemm_tile(const int MR, int64_t kc, const float *panel, const float *x, int64_t ldx,
 			 float *y, int64_t ldy, int nv, int accumulate)
 {
 	__m512 c0[MR512], c1[MR512];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
 		c0[i] = _mm512_setzero_ps();
 		c1[i] = _mm512_setzero_ps();
@@ -354,7 +354,7 @@ INLINE512 void gemm_tile(const int MR, int64_t kc, const float *panel, const flo
 	for (int64_t k = 0; k < kc; k++) {
 		__m512 b0 = _mm512_load_ps(panel + k * NR512);
 		__m512 b1 = _mm512_load_ps(panel + k * NR512 + 16);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
 		for (int i = 0; i < MR; i++) {
 			__m512 a = _mm512_set1_ps(x[i * ldx + k]);
 			c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
@@ -363,7 +363,7 @@ INLINE512 void gemm_tile(const int MR, int64_t kc, const float *panel, const flo
 	}
 	const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
 	const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv > 16 ? low_mask16(nv - 16) : 0;
-#pragma GCC unroll 8
+#pragma GCC unroll 12
 	for (int i = 0; i < MR; i++) {
 		float *yi = y + i * ldy;
 		if (accumulate) {
@@ -387,6 +387,10 @@ T512 static void gemm_avx512(int mr, int64_t kc, const float *panel, const float
 	case 6: gemm_tile(6, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
 	case 7: gemm_tile(7, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
 	case 8: gemm_tile(8, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 9: gemm_tile(9, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 10: gemm_tile(10, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 11: gemm_tile(11, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
+	case 12: gemm_tile(12, kc, panel, x, ldx, y, ldy, nv, accumulate); break;
 	default: break;
 	}
 }

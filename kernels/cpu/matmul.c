@@ -231,7 +231,10 @@ static void quantize_x_worker(void *p, int ith, int nth)
 	kpool_split(c->m, ith, nth, &j0, &j1);
 	for (long j = j0; j < j1; j++) {
 		int8_t *q = c->xq + j * c->ldq;
-		if (c->w->dtype == DT_Q8_0)
+		const int per_block = c->w->dtype == DT_Q8_0;
+		if (c->k->quant_act)
+			c->k->quant_act(c->x + j * cols, cols, q, c->xd + j * c->n_xd, per_block);
+		else if (per_block)
 			kcpu_quantize_act_q8_0(c->x + j * cols, cols, q, c->xd + j * c->n_xd);
 		else
 			kcpu_quantize_act_i8(c->x + j * cols, cols, q, c->xd + j);

@@ -306,6 +306,7 @@ static const struct mm_kernels avx2_kernels = {
 	.dot_f32 = dot_f32_avx2,
 	.dot_q8 = dot_q8_avx2,
 	.dot_i8 = dot_i8_avx2,
+	.quant_act = NULL,
 	.mr = MR256,
 	.nr = NR256,
 	.gemm = gemm_avx2,

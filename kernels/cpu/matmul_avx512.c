@@ -222,6 +222,57 @@ T512 static void dot_w_avx512(int nw, int nx, const struct kmat *w, int64_t r0, 
 	}
 }
 
+/* ---- activation quantization ------------------------------------------------ */
+
+/* The steps of quant.c's q127 on 16 lanes: multiply, clamp (NaN -> -127, as
+ * max/min return their second operand on NaN), round to nearest even with
+ * the 1.5 * 2^23 trick, narrow. Same IEEE operations, same results. */
+INLINE512 __m128i q127_16(__m512 x, __m512 inv)
+{
+	__m512 v = _mm512_mul_ps(x, inv);
+	v = _mm512_max_ps(v, _mm512_set1_ps(-127.0f));
+	v = _mm512_min_ps(v, _mm512_set1_ps(127.0f));
+	const __m512 magic = _mm512_set1_ps(12582912.0f);
+	v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+	return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
+}
+
+/* max |x| over n (masked tail); NaN lanes are skipped like quant.c's compare */
+INLINE512 float absmax_avx512(const float *x, int64_t n)
+{
+	__m512 m = _mm512_setzero_ps();
+	for (int64_t k = 0; k < n; k += 16) {
+		const __mmask16 mk = n - k >= 16 ? (__mmask16)0xFFFF : low_mask16(n - k);
+		m = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(mk, x + k)), m);
+	}
+	return _mm512_reduce_max_ps(m);
+}
+
+INLINE512 void quant_span(const float *x, int64_t n, int8_t *q, float amax)
+{
+	const float s = amax / 127.0f;
+	const __m512 inv = _mm512_set1_ps(s > 0.0f ? 1.0f / s : 0.0f);
+	for (int64_t k = 0; k < n; k += 16) {
+		const __mmask16 mk = n - k >= 16 ? (__mmask16)0xFFFF : low_mask16(n - k);
+		_mm_mask_storeu_epi8(q + k, mk, q127_16(_mm512_maskz_loadu_ps(mk, x + k), inv));
+	}
+}
+
+T512 static void quant_act_avx512(const float *x, int64_t n, int8_t *q, float *d, int per_block)
+{
+	if (!per_block) {
+		const float amax = absmax_avx512(x, n);
+		d[0] = amax / 127.0f;
+		quant_span(x, n, q, amax);
+		return;
+	}
+	for (int64_t b = 0; b < n / Q8_0_BLOCK; b++) {
+		const float amax = absmax_avx512(x + b * Q8_0_BLOCK, Q8_0_BLOCK);
+		d[b] = amax / 127.0f;
+		quant_span(x + b * Q8_0_BLOCK, Q8_0_BLOCK, q + b * Q8_0_BLOCK, amax);
+	}
+}
+
 /* ---- Q8_0 dot tile ---------------------------------------------------------- */
 
 /* Two consecutive Q8_0 blocks' quants in one register (the second may be
@@ -580,6 +631,7 @@ static const struct mm_kernels avx512_kernels = {
 	.cvt = cvt_avx512,
 	.dot_f32 = dot_f32_avx512,
 	.dot_w = dot_w_avx512,
+	.quant_act = quant_act_avx512,
 	.dot_q8 = dot_q8_avx512,
 	.dot_i8 = dot_i8_avx512,
 	.mr = MR512,

@@ -30,6 +30,10 @@ struct mm_kernels {
 	 * dot itself. NULL when the path has none. */
 	void (*dot_w)(int nw, int nx, const struct kmat *w, int64_t r0, const float *x, int64_t ldx,
 		      float *y, int64_t ldy);
+	/* Activation quantization, bit-identical to kcpu_quantize_act_q8_0
+	 * (per_block) / kcpu_quantize_act_i8 (same IEEE operations in the same
+	 * order); NULL: use those. */
+	void (*quant_act)(const float *x, int64_t n, int8_t *q, float *d, int per_block);
 	/* Q8_0 x Q8_0-style activations: w is nw rows of nb blocks (row stride
 	 * nb); xq has nb*32 int8 per row and xd nb scales per row (row strides
 	 * nb*32 and nb). y[j*ldy + i] = sum_b d_w * d_x * (exact int dot of block b). */

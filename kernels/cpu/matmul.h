@@ -13,6 +13,16 @@
  * uses integer dot products). The fast path must agree with the reference to
  * accumulation-order tolerance; tests/engine/test_matmul.c checks it on ragged
  * shapes. Stateless apart from the pool; any one thread.
+ *
+ * Integer path precisely: X rows are quantized to int8 with one F32 scale per
+ * 32-block (Q8_0 weights) or per row (I8 weights), so its results differ from
+ * kcpu_matmul_ref by that quantization; kcpu_matmul_ref_xq is its reference.
+ * Scratch (quantized X, converted or packed weight panels) lives in the pool
+ * (kpool_reserve) and grows to the largest call seen: no allocation per call
+ * in steady state. Pass the engine's pool; a NULL pool makes (and frees) a
+ * one-thread pool on every call. The pool must not be running anything else.
+ * Paths are in kernels/cpu/matmul.c (loops, threading), matmul_avx512.c,
+ * matmul_avx2.c, matmul_scalar.c (inner kernels).
  */
 #ifndef AORTA_KERNELS_CPU_MATMUL_H
 #define AORTA_KERNELS_CPU_MATMUL_H

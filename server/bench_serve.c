@@ -19,7 +19,7 @@ struct bench_flags {
 	uint64_t max_response;
 };
 
-#define N_COMMON_OPTS 26
+#define N_COMMON_OPTS 27
 
 static int common_opts(struct bench_flags *f, struct cli_opt *o)
 {
@@ -43,6 +43,8 @@ static int common_opts(struct bench_flags *f, struct cli_opt *o)
 	     "prompt lengths: fixed, ShareGPT-like, or a file (default fixed)"},
 	    {"dataset-path", CLI_STR, &c->dataset_path, "FILE",
 	     "JSONL of {\"prompt\":..., \"output_len\":N}"},
+	    {"tokenizer", CLI_STR, &c->tokenizer_path, "PATH",
+	     "tokenizer.json, HF model dir or GGUF: prompts of exact token lengths"},
 	    {"input-len", CLI_INT, &c->input_len, "N", "prompt words (~tokens) (default 128)"},
 	    {"output-len", CLI_INT, &c->output_len, "N", "max_tokens per request (default 128)"},
 	    {"max-input-len", CLI_INT, &c->max_input_len, "N", "sharegpt: clip prompt lengths"},

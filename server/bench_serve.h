@@ -46,6 +46,12 @@
  *   jsonl     one JSON object per line: {"prompt": "...", "output_len": N}
  *             (output_len optional: --output-len); lines are used in order and
  *             wrap around when --num-prompts exceeds them.
+ *   --tokenizer PATH (tokenizer.json, an HF model directory or a GGUF file)
+ *   builds fixed/sharegpt prompts from random non-special tokens instead:
+ *   decode, re-encode and adjust (up to 4 rounds, like vLLM's random dataset)
+ *   so the text encodes to the target length; prompt_len is then the exact
+ *   count with special tokens (BOS), as a server with that tokenizer reports
+ *   for /v1/completions. JSONL prompts are counted with it too.
  *   --prefix-len P --num-prefix-groups G prepends to every prompt one of G
  *   fixed P-word prefixes (request i uses group i mod G), to measure prefix
  *   caching.
@@ -79,6 +85,7 @@ struct bench_config {
 	int input_len, output_len;         /* fixed (and jsonl default output) */
 	int max_input_len, max_output_len; /* sharegpt clip (0: defaults) */
 	const char *dataset_path;          /* jsonl */
+	const char *tokenizer_path;        /* NULL: word prompts, lengths approximate */
 	int prefix_len, num_prefix_groups;
 	bool ignore_eos;
 	double temperature;

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -15,6 +17,8 @@
 #include "bench_serve.h"
 #include "common/buf.h"
 #include "common/checked.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
 
 static const char *const words[] = {
     "the",    "of",    "and",   "to",    "in",     "is",     "that",    "for",   "it",
@@ -159,7 +163,163 @@ static int read_jsonl(const char *path, struct jsonl_line **out, int *n_out, str
 	return 0;
 }
 
-static int build_prefixes(const struct bench_config *c, char ***out, struct diag *d)
+/* ---- prompt text: words, or random tokens of a real tokenizer ---- */
+
+struct gen {
+	struct tokenizer *tok; /* NULL: words */
+	struct gguf_file *gguf;
+	int32_t *pool; /* ids random text is drawn from: not special, not holes */
+	size_t n_pool;
+};
+
+static void gen_deinit(struct gen *g)
+{
+	if (g->tok)
+		tok_destroy(g->tok);
+	if (g->gguf)
+		gguf_close(g->gguf);
+	free(g->pool);
+	memset(g, 0, sizeof *g);
+}
+
+static int gen_load(struct gen *g, const char *path, struct diag *d)
+{
+	size_t l = strlen(path);
+	struct stat st;
+	if (l > 5 && !strcmp(path + l - 5, ".gguf")) {
+		int rc = gguf_open(path, &g->gguf, d);
+		return rc ? rc : tok_load_gguf(g->gguf, &g->tok, d);
+	}
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		char json[4096], cfg[4096];
+		if (snprintf(json, sizeof json, "%s/tokenizer.json", path) >= (int)sizeof json ||
+		    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", path) >= (int)sizeof cfg)
+			return diag_set(d, ERR_RANGE, "--tokenizer: path too long");
+		return tok_load_json(json, access(cfg, R_OK) == 0 ? cfg : NULL, &g->tok, d);
+	}
+	return tok_load_json(path, NULL, &g->tok, d);
+}
+
+/* Text a prompt can carry as a C string and that survives a JSON round trip
+ * unchanged: no control bytes (NUL would cut the prompt short) and no U+FFFD
+ * (the decode of a byte token that is not a whole character). */
+static bool plain_text(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch < 0x20 || ch == 0x7f)
+			return false;
+		if (ch == 0xef && i + 2 < n && (unsigned char)s[i + 1] == 0xbf &&
+		    (unsigned char)s[i + 2] == 0xbd)
+			return false;
+	}
+	return true;
+}
+
+static int gen_init(struct gen *g, const char *path, struct diag *d)
+{
+	memset(g, 0, sizeof *g);
+	if (!path)
+		return 0;
+	int rc = gen_load(g, path, d);
+	if (rc) {
+		gen_deinit(g);
+		return rc;
+	}
+	int32_t nv = tok_vocab_size(g->tok);
+	g->pool = malloc((size_t)(nv > 0 ? nv : 1) * sizeof *g->pool);
+	if (!g->pool) {
+		gen_deinit(g);
+		return diag_set(d, ERR_NOMEM, "out of memory");
+	}
+	struct buf one;
+	buf_init(&one);
+	for (int32_t id = 0; id < nv; id++) {
+		size_t len;
+		if (!tok_token_text(g->tok, id, &len) || !len || tok_is_special(g->tok, id))
+			continue;
+		buf_clear(&one);
+		if (tok_decode(g->tok, &id, 1, 0, &one) || !one.len ||
+		    !plain_text(one.data, one.len))
+			continue;
+		g->pool[g->n_pool++] = id;
+	}
+	buf_deinit(&one);
+	if (!g->n_pool) {
+		gen_deinit(g);
+		return diag_set(d, ERR_FORMAT, "%s: no ordinary tokens in the vocabulary", path);
+	}
+	return 0;
+}
+
+/* n random tokens, decoded; re-encoded and adjusted until the text encodes
+ * to n tokens (merges across token boundaries and byte pieces that are not
+ * whole characters change the count), at most 4 rounds. */
+static int tok_random_text(const struct gen *g, struct bench_rng *rng, int n, struct buf *out)
+{
+	size_t bytes;
+	if (n <= 0)
+		return 0;
+	if (ck_mul((size_t)n, sizeof(int32_t), &bytes))
+		return ERR_OVERFLOW;
+	int32_t *ids = malloc(bytes);
+	if (!ids)
+		return ERR_NOMEM;
+	for (int i = 0; i < n; i++)
+		ids[i] = g->pool[bench_rng_u64(rng) % g->n_pool];
+	struct buf text;
+	buf_init(&text);
+	int rc = 0;
+	for (int round = 0; round < 4; round++) {
+		buf_clear(&text);
+		if ((rc = tok_decode(g->tok, ids, (size_t)n, TOK_SKIP_SPECIAL, &text)))
+			break;
+		int32_t *enc;
+		size_t ne;
+		if ((rc = tok_encode(g->tok, text.data ? text.data : "", text.len, 0, &enc, &ne)))
+			break;
+		if (ne == (size_t)n || round == 3) {
+			free(enc);
+			break;
+		}
+		size_t keep = ne < (size_t)n ? ne : (size_t)n;
+		memcpy(ids, enc, keep * sizeof *ids);
+		for (size_t k = keep; k < (size_t)n; k++)
+			ids[k] = g->pool[bench_rng_u64(rng) % g->n_pool];
+		free(enc);
+	}
+	if (!rc && text.len)
+		rc = buf_append(out, text.data, text.len);
+	buf_deinit(&text);
+	free(ids);
+	return rc;
+}
+
+static int gen_append(const struct gen *g, struct buf *b, struct bench_rng *rng, int n)
+{
+	return g->tok ? tok_random_text(g, rng, n, b) : append_words(b, rng, n);
+}
+
+/* The prompt length reported when the server sends no usage: tokens with
+ * special ones (BOS) under a tokenizer, else words. */
+static int gen_count(const struct gen *g, const char *text, int *out)
+{
+	if (!g->tok) {
+		*out = count_words(text);
+		return 0;
+	}
+	int32_t *ids;
+	size_t n;
+	int rc = tok_encode(g->tok, text, strlen(text), TOK_ADD_SPECIAL, &ids, &n);
+	if (rc)
+		return rc;
+	free(ids);
+	*out = n > INT32_MAX ? INT32_MAX : (int)n;
+	return 0;
+}
+
+static int build_prefixes(const struct bench_config *c, const struct gen *gen, char ***out,
+                          struct diag *d)
 {
 	*out = NULL;
 	if (c->prefix_len <= 0 || c->num_prefix_groups <= 0)
@@ -172,7 +332,7 @@ static int build_prefixes(const struct bench_config *c, char ***out, struct diag
 		struct bench_rng rng = {c->seed ^ (0x5eedULL * (uint64_t)(g + 1))};
 		struct buf b;
 		buf_init(&b);
-		int rc = append_words(&b, &rng, c->prefix_len);
+		int rc = gen_append(gen, &b, &rng, c->prefix_len);
 		p[g] = rc ? NULL : buf_take(&b, NULL);
 		buf_deinit(&b);
 		if (!p[g]) {
@@ -227,7 +387,10 @@ int bench_workload_build(const struct bench_config *c, struct bench_workload *w,
 	    (rc = read_jsonl(c->dataset_path, &lines, &n_lines, d)))
 		return rc;
 	char **prefixes = NULL;
-	if ((rc = build_prefixes(c, &prefixes, d)))
+	struct gen gen;
+	if ((rc = gen_init(&gen, c->tokenizer_path, d)))
+		goto out;
+	if ((rc = build_prefixes(c, &gen, &prefixes, d)))
 		goto out;
 	w->items = calloc((size_t)c->num_prompts, sizeof *w->items);
 	if (!w->items) {
@@ -244,17 +407,14 @@ int bench_workload_build(const struct bench_config *c, struct bench_workload *w,
 		buf_init(&b);
 		int in_len = c->input_len;
 		p->output_len = c->output_len;
-		if (prefixes) {
+		if (prefixes)
 			rc = buf_append_str(&b, prefixes[i % c->num_prefix_groups]);
-			p->prompt_len = c->prefix_len;
-		}
 		if (!rc && c->dataset == BENCH_DATA_JSONL) {
 			const struct jsonl_line *l = &lines[i % n_lines];
-			if (b.len)
+			if (b.len && !gen.tok)
 				rc = buf_append_char(&b, ' ');
 			if (!rc)
 				rc = buf_append_str(&b, l->prompt);
-			p->prompt_len += count_words(l->prompt);
 			if (l->output_len)
 				p->output_len = l->output_len;
 		} else if (!rc) {
@@ -264,18 +424,21 @@ int bench_workload_build(const struct bench_config *c, struct bench_workload *w,
 				p->output_len =
 				    lognormal_len(&rng, 180, 0.8, out_hi < 4 ? out_hi : 4, out_hi);
 			}
-			rc = append_words(&b, &rng, in_len);
-			p->prompt_len += in_len;
+			rc = gen_append(&gen, &b, &rng, in_len);
 		}
 		p->text = rc ? NULL : buf_take(&b, NULL);
 		buf_deinit(&b);
-		if (!p->text) {
-			rc = diag_set(d, ERR_NOMEM, "out of memory building prompts");
+		if (p->text)
+			rc = gen_count(&gen, p->text, &p->prompt_len);
+		if (!p->text || rc) {
+			rc = diag_set(d, rc ? rc : ERR_NOMEM, "building prompts: %s",
+			              err_str(rc ? rc : ERR_NOMEM));
 			bench_workload_free(w);
 			goto out;
 		}
 	}
 out:
+	gen_deinit(&gen);
 	for (int i = 0; prefixes && i < c->num_prefix_groups; i++)
 		free(prefixes[i]);
 	free(prefixes);

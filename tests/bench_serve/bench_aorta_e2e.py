@@ -4,7 +4,8 @@ local `aorta serve` on the demo model (written by `aorta make-model`).
 
 Checks that the numbers add up against aorta itself: every request succeeds,
 usage comes from the server, and with --ignore-eos every request yields exactly
---output-len tokens; then the chat endpoint, and a shared-prefix workload.
+--output-len tokens; then the chat endpoint, a shared-prefix workload, and prompts of exact
+token lengths built with the model's own tokenizer (--tokenizer).
 Exits 77 (skipped) when `aorta serve` does not become ready (GET /health 200),
 as when the HTTP server (issue 7) is not built.
 
@@ -58,6 +59,9 @@ def bench(aorta, args, n, out_len, out):
     assert res["completed"] == n and res["failed"] == 0, res["errors"]
     assert res["total_output_tokens"] == n * out_len, res["total_output_tokens"]
     assert res["total_input_tokens"] == sum(q["prompt_tokens"] for q in res["requests"])
+    if "--tokenizer" in args:  # prompts of exact length: 20 tokens, plus BOS if any
+        lens = {q["prompt_tokens"] for q in res["requests"]}
+        assert lens <= {20, 21}, lens
     for q in res["requests"]:
         assert q["result"] == "ok" and q["usage_from_server"], q
         assert q["output_tokens"] == out_len and q["prompt_tokens"] > 0, q
@@ -92,6 +96,7 @@ def main():
                 (6, 5, ["--endpoint", "chat", "--input-len", "12", "--max-concurrency", "3"]),
                 (8, 4, ["--input-len", "8", "--prefix-len", "32", "--num-prefix-groups", "2",
                         "--request-rate", "40", "--seed", "5"]),
+                (6, 4, ["--input-len", "20", "--tokenizer", model, "--max-concurrency", "2"]),
             ]
             sent = 0
             try:

@@ -59,11 +59,13 @@ struct http_server {
 	int active;
 	bool in_run; /* inside MHD_run: callbacks must not re-enter it */
 	bool rerun;  /* something was resumed during MHD_run: run again */
+	int n_closing; /* handles whose close callback has not run yet */
 	int port;
 	struct http_req *live; /* every request with an MHD context */
 };
 
 static void mhd_drive(struct http_server *s);
+static void schedule_drive(struct http_server *s);
 
 /* ---- request bookkeeping ---------------------------------------------------- */
 
@@ -151,7 +153,7 @@ static int set_pending(struct http_req *r, struct MHD_Response *resp, int status
 	r->answered = true;
 	if (!r->in_handler) {
 		req_resume(r);
-		mhd_drive(r->srv);
+		schedule_drive(r->srv);
 	}
 	return 0;
 }
@@ -215,7 +217,7 @@ int http_stream_write(struct http_req *r, const char *data, size_t len)
 		return -1;
 	if (!r->in_handler && !r->pending) {
 		req_resume(r);
-		mhd_drive(r->srv);
+		schedule_drive(r->srv);
 	}
 	return 0;
 }
@@ -227,7 +229,7 @@ int http_stream_end(struct http_req *r)
 	r->stream_ended = true;
 	if (!r->in_handler && !r->pending) {
 		req_resume(r);
-		mhd_drive(r->srv);
+		schedule_drive(r->srv);
 	}
 	return 0;
 }
@@ -349,6 +351,19 @@ static void on_timer(uv_timer_t *t)
 	mhd_drive(t->data);
 }
 
+/* Run MHD on the next loop iteration rather than now: answering from inside a
+ * handler's own call chain must not re-enter MHD, whose completion callbacks
+ * may free what the caller is still using. */
+static void schedule_drive(struct http_server *s)
+{
+	if (s->in_run) {
+		s->rerun = true;
+		return;
+	}
+	if (s->mhd)
+		uv_timer_start(&s->timer, on_timer, 0, 0);
+}
+
 static void on_poll(uv_poll_t *p, int status, int events)
 {
 	(void)status;
@@ -465,8 +480,8 @@ int http_server_active(const struct http_server *s)
 static void free_on_close(uv_handle_t *h)
 {
 	struct http_server *s = h->data;
-	/* the timer closes second; free then */
-	if (h == (uv_handle_t *)&s->timer) {
+	/* two handles close (poll, timer), in an order libuv chooses: free after both */
+	if (--s->n_closing == 0) {
 		free(s->too_large_body);
 		free(s);
 	}
@@ -485,6 +500,7 @@ void http_server_destroy(struct http_server *s)
 	}
 	uv_poll_stop(&s->poll);
 	uv_timer_stop(&s->timer);
+	s->n_closing = 2;
 	uv_close((uv_handle_t *)&s->poll, free_on_close);
 	uv_close((uv_handle_t *)&s->timer, free_on_close);
 }

@@ -358,11 +358,17 @@ static void admit_waiting(struct sched *s)
 	}
 }
 
-/* Lay the live entries out as the engine batch. */
+/* Lay the live entries out as the engine batch. The block-table stride is
+ * the widest table in this step, not max_model_len's, so a step costs
+ * O(blocks in use) even when max_model_len is large. */
 static void build_batch(struct sched *s)
 {
 	struct sched_step *st = &s->step;
-	int bs = s->block_size, mb = s->max_blocks_per_seq;
+	int bs = s->block_size, mb = 1;
+	for (int k = 0; k < s->n_entries; k++)
+		if (s->entries[k].live && s->entries[k].seq->kv.n_ids > mb)
+			mb = s->entries[k].seq->kv.n_ids;
+	st->max_blocks_per_seq = mb;
 	int row = 0, ns = 0;
 	st->n_logits = 0;
 	st->n_copies = 0;

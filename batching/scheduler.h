@@ -67,7 +67,7 @@ struct sched_step {
 	int32_t *seq_start;	 /* [n_seqs + 1] */
 	int32_t *context_len;	 /* [n_seqs] */
 	int32_t *block_tables;	 /* [n_seqs * max_blocks_per_seq] */
-	int max_blocks_per_seq;
+	int max_blocks_per_seq;	 /* this step's row stride: its widest table (<= the engine's) */
 	int n_logits;
 	int32_t *logits_rows;	 /* [n_logits] */
 	/* Copy-on-write: copy block src[i] to dst[i] before the forward. */

@@ -1,7 +1,7 @@
 # aorta — thin orchestration over meson/ninja. The two commands a new user needs:
 #   make run   install deps, build (release), create the demo model, serve it on 127.0.0.1:8080
 #   make test  install deps, build (debug, CUDA sources too where nvcc exists), run every suite
-# plus: make asan (unit suites under AddressSanitizer + UBSan), make fuzz SECONDS=N, make clean.
+# plus: make asan (unit and e2e suites under AddressSanitizer + UBSan), make fuzz SECONDS=N, make clean.
 
 SHELL := /bin/bash
 export PATH := /usr/local/cuda/bin:$(PATH)
@@ -49,7 +49,8 @@ build-asan/build.ninja:
 asan: deps build-asan/build.ninja
 	ninja -C build-asan
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit || true
+		AORTA_MALFORMED_PER_ENDPOINT=500 \
+		meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit --suite e2e || true
 	@tools/test-summary.py build-asan
 
 fuzz: deps

@@ -294,6 +294,32 @@ class Auth(unittest.TestCase):
             self.assertEqual(srv.stop(), 0)
 
 
+class Cors(unittest.TestCase):
+    def test_cors_off_by_default(self):
+        st, _, resp = SRV.request("GET", "/v1/models", headers={"Origin": "http://a.example"},
+                                  raw=True)
+        self.assertEqual(st, 200)
+        self.assertIsNone(resp.getheader("Access-Control-Allow-Origin"))
+
+    def test_allowed_origins(self):
+        srv = Server(MODEL, "--max-model-len", "256", "--allowed-origins",
+                     "http://a.example, http://b.example")
+        try:
+            st, _, resp = srv.request("GET", "/v1/models", headers={"Origin": "http://b.example"},
+                                      raw=True)
+            self.assertEqual(resp.getheader("Access-Control-Allow-Origin"), "http://b.example")
+            st, _, resp = srv.request("GET", "/v1/models", headers={"Origin": "http://c.example"},
+                                      raw=True)
+            self.assertIsNone(resp.getheader("Access-Control-Allow-Origin"))
+            st, _, resp = srv.request("OPTIONS", "/v1/completions",
+                                      headers={"Origin": "http://a.example",
+                                               "Access-Control-Request-Method": "POST"}, raw=True)
+            self.assertEqual(st, 204)
+            self.assertIn("POST", resp.getheader("Access-Control-Allow-Methods"))
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+
 class Overload(unittest.TestCase):
     def test_queue_full_gets_429_with_retry_after(self):
         srv = Server(MODEL, "--max-model-len", "512", "--max-num-seqs", "1",

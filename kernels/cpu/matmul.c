@@ -26,6 +26,7 @@
 #define MM_GEMV_MAX_M 16     /* up to here GEMV; above, GEMM when available */
 #define MM_KC 256	     /* k-depth of a packed GEMM panel */
 #define MM_GEMV_KC 512	     /* k-chunk of the GEMV tiles for m > MM_TX */
+#define MM_GEMV_ROWS 16	     /* weight rows converted per chunk (32 KiB of F32) */
 #define MM_I8_KCHUNK 65536   /* int32 lanes cannot overflow below 2^17 */
 #define MM_XBLOCK_BYTES (256 * 1024) /* quantized X kept hot per block */
 #define MM_INT_TILE_MAX_M 3  /* integer path: dot tiles up to here, packed GEMM above */
@@ -123,48 +124,95 @@ struct mm_call {
 	int64_t xblock; /* X rows per block in the integer loops */
 };
 
-static void gemv_worker(void *p, int ith, int nth)
+/* m <= MM_TX: one dot tile per MM_TW weight rows, converting in registers
+ * when the ISA can (dot_w), so each weight byte is read once and touched
+ * once. */
+static void gemv_small_m(const struct mm_call *c, int64_t r0, int nrows, float *buf)
 {
-	const struct mm_call *c = p;
 	const struct kmat *w = c->w;
-	const int64_t rows = w->rows, cols = w->cols;
-	long g0, g1;
-	kpool_split((long)((rows + MM_TW - 1) / MM_TW), ith, nth, &g0, &g1);
-	float *buf = kpool_scratch(c->pool, ith);
-	for (long g = g0; g < g1; g++) {
-		const int64_t r0 = (int64_t)g * MM_TW;
-		const int nw = (int)(rows - r0 < MM_TW ? rows - r0 : MM_TW);
-		if (c->m <= MM_TX && c->k->dot_w) {
-			c->k->dot_w(nw, c->m, w, r0, c->x, cols, c->y + r0, rows);
+	const int64_t cols = w->cols;
+	for (int t0 = 0; t0 < nrows; t0 += MM_TW) {
+		const int nw = nrows - t0 < MM_TW ? nrows - t0 : MM_TW;
+		if (c->k->dot_w) {
+			c->k->dot_w(nw, c->m, w, r0 + t0, c->x, cols, c->y + r0 + t0, w->rows);
 			continue;
 		}
-		/* k in chunks, so the converted chunk of these weight rows and
-		 * the chunk of all m activation rows stay in L1 for every tile */
-		for (int64_t k0 = 0; k0 < cols; k0 += MM_GEMV_KC) {
-			const int64_t kn = cols - k0 < MM_GEMV_KC ? cols - k0 : MM_GEMV_KC;
-			const float *wp;
-			int64_t ldw;
-			if (w->dtype == DT_F32) {
-				wp = (const float *)w->data + r0 * cols + k0;
-				ldw = cols;
-			} else {
-				for (int i = 0; i < nw; i++)
-					c->k->cvt(w, r0 + i, k0, kn, buf + i * MM_GEMV_KC);
-				wp = buf;
-				ldw = MM_GEMV_KC;
-			}
-			for (int j0 = 0; j0 < c->m; j0 += MM_TX) {
-				const int nx = c->m - j0 < MM_TX ? c->m - j0 : MM_TX;
+		const float *wp = (const float *)w->data + (r0 + t0) * cols;
+		if (w->dtype != DT_F32) {
+			for (int i = 0; i < nw; i++)
+				c->k->cvt(w, r0 + t0 + i, 0, cols, buf + i * cols);
+			wp = buf;
+		}
+		c->k->dot_f32(nw, c->m, wp, cols, c->x, cols, cols, c->y + r0 + t0, w->rows);
+	}
+}
+
+/* Ask for W[r0 .. r0+nrows-1][k0 .. k0+kn-1] to be brought into cache. */
+static void prefetch_w(const struct kmat *w, int64_t r0, int nrows, int64_t k0, int64_t kn)
+{
+	const size_t esize = dtype_block_bytes(w->dtype);
+	nrows = r0 + nrows <= w->rows ? nrows : (int)(w->rows - r0);
+	for (int i = 0; i < nrows; i++) {
+		const char *p = (const char *)w->data + ((r0 + i) * w->cols + k0) * (int64_t)esize;
+		for (size_t off = 0; off < (size_t)kn * esize; off += 64)
+			__builtin_prefetch(p + off);
+	}
+}
+
+/* MM_TX < m <= MM_GEMV_MAX_M: k in chunks; a chunk of MM_GEMV_ROWS weight
+ * rows is converted once into L1-sized scratch, and each chunk of 4 X rows
+ * (the padded copy) is loaded once and used against all of them. */
+static void gemv_chunked(const struct mm_call *c, int64_t r0, int nrows, float *buf)
+{
+	const struct kmat *w = c->w;
+	const int64_t rows = w->rows, cols = w->cols;
+	for (int64_t k0 = 0; k0 < cols; k0 += MM_GEMV_KC) {
+		const int64_t kn = cols - k0 < MM_GEMV_KC ? cols - k0 : MM_GEMV_KC;
+		const float *wp = (const float *)w->data + r0 * cols + k0;
+		int64_t ldw = cols;
+		if (w->dtype != DT_F32) {
+			for (int i = 0; i < nrows; i++)
+				c->k->cvt(w, r0 + i, k0, kn, buf + i * MM_GEMV_KC);
+			wp = buf;
+			ldw = MM_GEMV_KC;
+		}
+		/* The weights come from memory; fetch the next chunk (or the
+		 * next rows' first chunk) while this one is multiplied. */
+		if (k0 + MM_GEMV_KC < cols)
+			prefetch_w(w, r0, nrows, k0 + MM_GEMV_KC, MM_GEMV_KC);
+		else if (r0 + nrows < rows)
+			prefetch_w(w, r0 + nrows, MM_GEMV_ROWS, 0, MM_GEMV_KC);
+		for (int j0 = 0; j0 < c->m; j0 += MM_TX) {
+			const int nx = c->m - j0 < MM_TX ? c->m - j0 : MM_TX;
+			for (int t0 = 0; t0 < nrows; t0 += MM_TW) {
+				const int nw = nrows - t0 < MM_TW ? nrows - t0 : MM_TW;
 				float part[MM_TX * MM_TW];
-				c->k->dot_f32(nw, nx, wp, ldw, c->xf + (int64_t)j0 * c->ldx + k0, c->ldx,
-					      kn, part, MM_TW);
+				c->k->dot_f32(nw, nx, wp + t0 * ldw, ldw,
+					      c->xf + (int64_t)j0 * c->ldx + k0, c->ldx, kn, part, MM_TW);
 				for (int j = 0; j < nx; j++)
 					for (int i = 0; i < nw; i++) {
-						float *yo = c->y + (int64_t)(j0 + j) * rows + r0 + i;
+						float *yo = c->y + (int64_t)(j0 + j) * rows + r0 + t0 + i;
 						*yo = k0 ? *yo + part[j * MM_TW + i] : part[j * MM_TW + i];
 					}
 			}
 		}
+	}
+}
+
+static void gemv_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t rows = c->w->rows;
+	long g0, g1;
+	kpool_split((long)((rows + MM_GEMV_ROWS - 1) / MM_GEMV_ROWS), ith, nth, &g0, &g1);
+	float *buf = kpool_scratch(c->pool, ith);
+	for (long g = g0; g < g1; g++) {
+		const int64_t r0 = (int64_t)g * MM_GEMV_ROWS;
+		const int nrows = (int)(rows - r0 < MM_GEMV_ROWS ? rows - r0 : MM_GEMV_ROWS);
+		if (c->m <= MM_TX)
+			gemv_small_m(c, r0, nrows, buf);
+		else
+			gemv_chunked(c, r0, nrows, buf);
 	}
 }
 
@@ -431,7 +479,10 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 			per_thread = (size_t)MM_KC * (size_t)(c.k->nr + 1) * sizeof(float);
 		} else {
 			fn = gemv_worker;
-			per_thread = (size_t)MM_GEMV_KC * MM_TW * sizeof(float);
+			if (c.m > MM_TX)
+				per_thread = (size_t)MM_GEMV_KC * MM_GEMV_ROWS * sizeof(float);
+			else if (!c.k->dot_w && w->dtype != DT_F32)
+				rc = ck_mul(cols, (size_t)MM_TW * sizeof(float), &per_thread);
 		}
 	} else {
 		const bool packed = c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&

@@ -90,6 +90,28 @@ T512 static void cvt_avx512(const struct kmat *w, int64_t r, int64_t k0, int64_t
 
 /* ---- F32 dot tile ---------------------------------------------------------- */
 
+/* Horizontal sums of 16 vectors at once (a transposing add tree: 15 steps of
+ * two shuffles and an add, instead of 16 separate reductions). On return
+ * out[4*i + j] = sum of the lanes of v[4*j + i]. */
+INLINE512 void reduce16(const __m512 v[16], float out[16])
+{
+	__m512 r1[8], r2[4], r3[2];
+#pragma GCC unroll 8
+	for (int p = 0; p < 8; p++) /* 256-bit halves: each vector to 8 partials */
+		r1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+				      _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+#pragma GCC unroll 4
+	for (int p = 0; p < 4; p++) /* 128-bit chunks: each vector to 4 partials */
+		r2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0x88),
+				      _mm512_shuffle_f32x4(r1[2 * p], r1[2 * p + 1], 0xDD));
+#pragma GCC unroll 2
+	for (int p = 0; p < 2; p++) /* within chunks: to 2 partials */
+		r3[p] = _mm512_add_ps(_mm512_shuffle_ps(r2[2 * p], r2[2 * p + 1], 0x88),
+				      _mm512_shuffle_ps(r2[2 * p], r2[2 * p + 1], 0xDD));
+	_mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88),
+					    _mm512_shuffle_ps(r3[0], r3[1], 0xDD)));
+}
+
 INLINE512 void dot_f32_tile(const int NW, const int NX, const float *w, int64_t ldw,
 			    const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy)
 {
@@ -132,11 +154,19 @@ INLINE512 void dot_f32_tile(const int NW, const int NX, const float *w, int64_t 
 				acc[j][i] = _mm512_fmadd_ps(wv[i], xv, acc[j][i]);
 		}
 	}
+	__m512 v[16];
+	float sums[16];
+#pragma GCC unroll 4
+	for (int j = 0; j < MM_TX; j++)
+#pragma GCC unroll 4
+		for (int i = 0; i < MM_TW; i++)
+			v[4 * j + i] = j < NX && i < NW ? acc[j][i] : _mm512_setzero_ps();
+	reduce16(v, sums);
 #pragma GCC unroll 4
 	for (int j = 0; j < NX; j++)
 #pragma GCC unroll 4
 		for (int i = 0; i < NW; i++)
-			y[j * ldy + i] = _mm512_reduce_add_ps(acc[j][i]);
+			y[j * ldy + i] = sums[4 * i + j];
 }
 
 T512 static void dot_f32_avx512(int nw, int nx, const float *w, int64_t ldw, const float *x,

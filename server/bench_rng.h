@@ -39,4 +39,25 @@ static inline double bench_rng_normal(struct bench_rng *r)
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* Gamma with the given shape and mean (Marsaglia-Tsang; shape < 1 through
+ * Gamma(shape + 1) * U^(1/shape)). Shape 1 is the exponential. */
+static inline double bench_rng_gamma(struct bench_rng *r, double shape, double mean)
+{
+	double scale = mean / shape, boost = 1.0, k = shape;
+	if (k < 1.0) {
+		boost = pow(1.0 - bench_rng_unit(r), 1.0 / k); /* U in (0, 1] */
+		k += 1.0;
+	}
+	double d = k - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+	for (;;) {
+		double x = bench_rng_normal(r), v = 1.0 + c * x;
+		if (v <= 0)
+			continue;
+		v = v * v * v;
+		double u = 1.0 - bench_rng_unit(r);
+		if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
+			return d * v * boost * scale;
+	}
+}
+
 #endif

@@ -69,6 +69,7 @@ void bench_config_defaults(struct bench_config *c)
 	c->request_timeout_s = 300;
 	c->max_response_bytes = 64u << 20;
 	c->keep_alive = true;
+	c->burstiness = 1.0;
 }
 
 void bench_results_free(struct bench_result *results, int n)
@@ -390,6 +391,9 @@ static double next_gap_s(struct run *r)
 		return 0;
 	if (r->c->arrival == BENCH_ARRIVAL_CONSTANT)
 		return 1.0 / rate;
+	double b = r->c->burstiness;
+	if (b > 0 && b != 1.0)
+		return bench_rng_gamma(&r->rng, b, 1.0 / rate);
 	return bench_rng_exp(&r->rng, rate);
 }
 

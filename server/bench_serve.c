@@ -19,7 +19,7 @@ struct bench_flags {
 	uint64_t max_response;
 };
 
-#define N_COMMON_OPTS 27
+#define N_COMMON_OPTS 28
 
 static int common_opts(struct bench_flags *f, struct cli_opt *o)
 {
@@ -38,6 +38,8 @@ static int common_opts(struct bench_flags *f, struct cli_opt *o)
 	     "requests per second; 0 = all at once (default)"},
 	    {"arrival", CLI_STR, &f->arrival, "poisson|constant",
 	     "arrival process at --request-rate (default poisson)"},
+	    {"burstiness", CLI_DOUBLE, &c->burstiness, "B",
+	     "poisson arrivals: gamma gaps of shape B (default 1 = Poisson)"},
 	    {"seed", CLI_I64, &f->seed, "N", "seed for prompts and arrivals (default 0)"},
 	    {"dataset", CLI_STR, &f->dataset, "fixed|sharegpt|jsonl",
 	     "prompt lengths: fixed, ShareGPT-like, or a file (default fixed)"},
@@ -113,10 +115,12 @@ static int flags_finish(struct bench_flags *f, const char *cmd)
 	if (c->prefix_len > 0 && c->num_prefix_groups == 0)
 		c->num_prefix_groups = 1;
 	if (c->request_rate < 0 || c->max_concurrency < 0 || f->timeout_s < 0 ||
-	    f->max_response < 1024 || f->max_response > ((uint64_t)1 << 34)) {
+	    !(c->burstiness > 0) || f->max_response < 1024 ||
+	    f->max_response > ((uint64_t)1 << 34)) {
 		fprintf(stderr,
 		        "aorta bench %s: --request-rate, --max-concurrency and "
-		        "--request-timeout must be >= 0; --max-response-bytes in [1K, 16G]\n",
+		        "--request-timeout must be >= 0, --burstiness > 0, "
+		        "--max-response-bytes in [1K, 16G]\n",
 		        cmd);
 		return 2;
 	}

@@ -29,6 +29,11 @@
  *   Percentiles: linear interpolation between closest ranks, numpy's default
  *   ("linear", type 7): h = (n-1)q, v = x[floor h] + (h - floor h)(x[ceil h] - x[floor h]).
  *
+ * Arrivals at --request-rate R: constant gaps 1/R, or Poisson (exponential
+ * gaps, mean 1/R); --burstiness B draws the gaps from Gamma(shape B, mean 1/R)
+ * as vLLM does (B = 1 Poisson, B < 1 burstier, B > 1 more even). With
+ * --max-concurrency too, an arrived request waits for a free slot.
+ *
  * A request is a success only when the status is 200 and the stream ends with
  * `data: [DONE]` after at least one content chunk. Everything else is an error
  * counted by kind ("http_500", "http_429", "connect", "reset", "timeout",
@@ -80,6 +85,7 @@ struct bench_config {
 	int max_concurrency; /* 0: unlimited */
 	double request_rate; /* requests/s; <= 0 or inf: all at t=0 */
 	enum bench_arrival arrival;
+	double burstiness; /* poisson: gamma gaps of this shape (1 = Poisson) */
 	uint64_t seed;
 	enum bench_dataset dataset;
 	int input_len, output_len;         /* fixed (and jsonl default output) */

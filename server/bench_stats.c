@@ -249,6 +249,7 @@ static cJSON *config_json(const struct bench_config *c)
 	cJSON_AddStringToObject(o, "arrival",
 	                        c->arrival == BENCH_ARRIVAL_POISSON ? "poisson" : "constant");
 	cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+	cJSON_AddNumberToObject(o, "burstiness", c->burstiness);
 	cJSON_AddStringToObject(o, "dataset", ds[c->dataset]);
 	cJSON_AddBoolToObject(o, "keep_alive", c->keep_alive);
 	cJSON_AddNumberToObject(o, "input_len", c->input_len);

@@ -274,6 +274,13 @@ START_TEST(test_arrivals)
 	double mean_gap = r[19].start_s / 19;
 	ck_assert_msg(mean_gap > 0.005 && mean_gap < 0.06, "mean gap %.4f", mean_gap);
 	free_run(r, 20);
+
+	c.burstiness = 0.5; /* gamma gaps, same mean */
+	r = run(&c, &s);
+	ck_assert_int_eq(s.n_ok, 20);
+	for (int i = 1; i < 20; i++)
+		ck_assert(r[i].start_s >= r[i - 1].start_s);
+	free_run(r, 20);
 }
 END_TEST
 

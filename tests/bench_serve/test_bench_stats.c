@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/bench_rng.h"
 #include "server/bench_serve.h"
 
 START_TEST(test_percentile_numpy)
@@ -336,6 +337,33 @@ START_TEST(test_workload_jsonl)
 }
 END_TEST
 
+/* Sample moments of the arrival-gap samplers against their definitions:
+ * Gamma(k, mean m): mean m, variance m^2 / k; exponential: k = 1. */
+START_TEST(test_gamma_moments)
+{
+	const double shapes[] = {0.25, 1.0, 4.0};
+	for (int s = 0; s < 3; s++) {
+		struct bench_rng rng = {99};
+		double k = shapes[s], m = 0.5, sum = 0, sq = 0;
+		const int n = 200000;
+		for (int i = 0; i < n; i++) {
+			double x = bench_rng_gamma(&rng, k, m);
+			ck_assert(x >= 0 && isfinite(x));
+			sum += x;
+			sq += x * x;
+		}
+		double mean = sum / n, var = sq / n - mean * mean;
+		ck_assert_msg(fabs(mean - m) < 0.02 * m, "k=%g mean %g", k, mean);
+		ck_assert_msg(fabs(var - m * m / k) < 0.06 * m * m / k, "k=%g var %g", k, var);
+	}
+	struct bench_rng rng = {5};
+	double sum = 0;
+	for (int i = 0; i < 100000; i++)
+		sum += bench_rng_exp(&rng, 4.0);
+	ck_assert_double_eq_tol(sum / 100000, 0.25, 0.005);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_stats");
@@ -346,6 +374,7 @@ int main(void)
 	tcase_add_test(tc, test_workload_fixed_and_prefix);
 	tcase_add_test(tc, test_workload_sharegpt);
 	tcase_add_test(tc, test_workload_jsonl);
+	tcase_add_test(tc, test_gamma_moments);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

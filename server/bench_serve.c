@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench_serve.h"
 #include "cli.h"
@@ -133,6 +134,31 @@ bad:
 	return 2;
 }
 
+/* Each in-flight request holds a socket. Raise the soft descriptor limit to
+ * the hard one when the run may need more, and say so when even that is too
+ * few (the excess would show up as "connect" errors). */
+static void fit_fd_limit(const struct bench_config *c)
+{
+	rlim_t need = (rlim_t)(c->max_concurrency > 0 && c->max_concurrency < c->num_prompts
+	                           ? c->max_concurrency
+	                           : c->num_prompts) +
+	              64;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+		return;
+	rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+	if (want > rl.rlim_cur) {
+		rl.rlim_cur = want;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < need)
+		fprintf(stderr,
+		        "aorta bench: up to %llu requests may be in flight but only %llu file "
+		        "descriptors are available; set --max-concurrency\n",
+		        (unsigned long long)(need - 64), (unsigned long long)rl.rlim_cur);
+}
+
 /* One run: workload, requests, summary. results are freed here. */
 static int run_once(const struct bench_config *c, const struct bench_workload *w,
                     struct bench_summary *s, const char *json_path)
@@ -144,6 +170,7 @@ static int run_once(const struct bench_config *c, const struct bench_workload *w
 		return 1;
 	}
 	double dur = 0;
+	fit_fd_limit(c);
 	int rc = bench_run(c, w, res, &dur, &d);
 	if (!rc)
 		rc = bench_summarize(c, res, w->n, dur, s);

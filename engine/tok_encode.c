@@ -477,10 +477,35 @@ static int replace_lit(const char *s, size_t n, const char *pat, size_t pn, cons
 	return buf_append(out, s + run, n - run) ? ERR_NOMEM : 0;
 }
 
+/* True when NFC cannot change s: every character is a starter that is
+ * already NFC and is never the second half of a composition. Below U+0300
+ * that holds for all; above, for CJK ideographs, kana and Hangul syllables
+ * (a following conjoining jamo or mark is not in these ranges, so it sends
+ * the text through utf8proc). */
+static bool nfc_stable(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	for (size_t i = 0; i < n;) {
+		if (p[i] < 0xCC) { /* ASCII, continuation bytes, or a lead below U+0300 */
+			i++;
+			continue;
+		}
+		uint32_t cp;
+		size_t k = tok_utf8_decode(s + i, &cp);
+		if (!((cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3041 && cp <= 0x3096) || (cp >= 0x30A1 && cp <= 0x30FA) ||
+		      (cp >= 0xAC00 && cp <= 0xD7A3)))
+			return false;
+		i += k;
+	}
+	return true;
+}
+
 static int apply_norm(struct enc *e, const struct tok_norm *nm, const char *s, size_t n, struct buf *out)
 {
 	switch (nm->kind) {
 	case NORM_NFC:
+		if (nfc_stable(s, n))
+			return buf_append(out, s, n) ? ERR_NOMEM : 0;
 		return norm_unicode(s, n, UTF8PROC_COMPOSE, out);
 	case NORM_NFD:
 		return norm_unicode(s, n, UTF8PROC_DECOMPOSE, out);

@@ -30,7 +30,7 @@ struct bat_choice {
 	struct bat_req *req;
 	int index;
 	struct seq *seq; /* NULL before it exists (forks) and after it finished */
-	bool ready;	 /* sampler, generation and stream initialized */
+	bool ready;      /* sampler, generation and stream initialized */
 	bool finished;
 	struct sampler_state ss;
 	struct generation gen;
@@ -43,7 +43,7 @@ struct bat_req {
 	int n;
 	int32_t *prompt;
 	int n_prompt;
-	int max_tokens; /* effective: params.max_tokens, or what max_model_len leaves */
+	int max_tokens;           /* effective: params.max_tokens, or what max_model_len leaves */
 	struct sampling_params p; /* pointers below are owned copies */
 	char **stops;
 	struct sampler_logit_bias *bias;
@@ -74,7 +74,7 @@ struct batcher {
 	struct sampler_scratch scratch;
 	float *logits;
 	size_t logits_cap; /* floats */
-	float *row;	   /* [vocab]: sampling modifies its input, forks share a row */
+	float *row;        /* [vocab]: sampling modifies its input, forks share a row */
 	struct buf piece, text;
 	struct bat_req *active;
 	struct evq pending; /* this step's events, published under the lock */
@@ -215,9 +215,9 @@ static int req_copy(const struct bat_request *in, int max_tokens, struct bat_req
 	r->p = in->params;
 	r->prompt = dup_array(in->prompt, (size_t)in->n_prompt, sizeof(int32_t), &rc);
 	r->bias = dup_array(in->params.logit_bias, (size_t)in->params.n_logit_bias,
-			    sizeof(*r->bias), &rc);
+	                    sizeof(*r->bias), &rc);
 	r->stop_ids = dup_array(in->params.stop_token_ids, (size_t)in->params.n_stop_token_ids,
-				sizeof(int32_t), &rc);
+	                        sizeof(int32_t), &rc);
 	r->choices = calloc((size_t)in->n, sizeof(*r->choices));
 	if (!r->choices)
 		rc = ERR_NOMEM;
@@ -250,11 +250,14 @@ static void emit(struct batcher *b, struct bat_event *e)
 }
 
 static void emit_finish(struct batcher *b, struct bat_req *r, int index, enum finish_reason why,
-			int completion_tokens)
+                        int completion_tokens)
 {
-	struct bat_event e = {.kind = BAT_EV_FINISH, .request_id = r->id, .user = r->user,
-			      .index = index, .finish = why,
-			      .completion_tokens = completion_tokens};
+	struct bat_event e = {.kind = BAT_EV_FINISH,
+	                      .request_id = r->id,
+	                      .user = r->user,
+	                      .index = index,
+	                      .finish = why,
+	                      .completion_tokens = completion_tokens};
 	emit(b, &e);
 }
 
@@ -355,12 +358,13 @@ static int choice_ready(struct batcher *b, struct bat_choice *c)
 {
 	struct bat_req *r = c->req;
 	int rc = sampler_state_init(&c->ss, &r->p, b->o.server_seed, r->id, r->prompt, r->n_prompt,
-				    b->eos, b->o.n_eos);
+	                            b->eos, b->o.n_eos);
 	if (rc)
 		return rc;
 	if (c->index > 0) /* choices of one request draw from different streams */
-		rng_seed(&c->ss.rng, rng_request_seed(r->p.has_seed, r->p.seed, b->o.server_seed,
-						      r->id) + 0x9e3779b97f4a7c15ULL * (uint64_t)c->index);
+		rng_seed(&c->ss.rng,
+		         rng_request_seed(r->p.has_seed, r->p.seed, b->o.server_seed, r->id) +
+		             0x9e3779b97f4a7c15ULL * (uint64_t)c->index);
 	rc = generation_init(&c->gen, &r->p, r->n_prompt, b->o.max_model_len, b->eos, b->o.n_eos);
 	if (rc) {
 		sampler_state_deinit(&c->ss);
@@ -396,7 +400,7 @@ static void process_token(struct batcher *b, struct bat_choice *c, const float *
 		return;
 	}
 	rc = generation_step(&c->gen, res.token, b->piece.data ? b->piece.data : "", b->piece.len,
-			     &b->text);
+	                     &b->text);
 	if (rc) {
 		req_fail(r, rc, "stop-string matching failed");
 		return;
@@ -407,8 +411,11 @@ static void process_token(struct batcher *b, struct bat_choice *c, const float *
 		if (tok_stream_finish(&c->ts, &b->piece) == 0)
 			buf_append(&b->text, b->piece.data ? b->piece.data : "", b->piece.len);
 	}
-	struct bat_event e = {.kind = BAT_EV_TOKEN, .request_id = r->id, .user = r->user,
-			      .index = c->index, .token = res.token};
+	struct bat_event e = {.kind = BAT_EV_TOKEN,
+	                      .request_id = r->id,
+	                      .user = r->user,
+	                      .index = c->index,
+	                      .token = res.token};
 	if (b->text.len > 0) {
 		e.text = malloc(b->text.len + 1);
 		if (e.text) {
@@ -555,7 +562,8 @@ static void admit_new(struct batcher *b, struct bat_req *list)
 		}
 		struct bat_choice *c = &r->choices[0];
 		struct seq *q = NULL;
-		int rc = seq_create(b->pool, b->next_seq_id++, r->prompt, r->n_prompt, r->max_tokens, &q);
+		int rc = seq_create(b->pool, b->next_seq_id++, r->prompt, r->n_prompt,
+		                    r->max_tokens, &q);
 		if (rc == 0) {
 			b->next_seq_id += (uint64_t)r->n; /* room for the forks' ids */
 			q->n_fork_pending = r->n - 1;
@@ -668,13 +676,13 @@ static void *thread_main(void *arg)
 /* ---- public API -------------------------------------------------------------------- */
 
 int bat_create(const struct bat_opts *o, const struct bat_model *m, struct batcher **out,
-	       struct diag *d)
+               struct diag *d)
 {
 	if (!m || !m->forward || !m->copy_blocks || m->vocab < 1)
 		return diag_set(d, ERR_INVAL, "batcher: incomplete model step");
 	if (o->n_eos < 0 || o->n_eos > SAMPLER_MAX_EOS)
 		return diag_set(d, ERR_RANGE, "batcher: %d EOS ids (at most %d)", o->n_eos,
-				SAMPLER_MAX_EOS);
+		                SAMPLER_MAX_EOS);
 	if (o->max_queued_requests < 1)
 		return diag_set(d, ERR_RANGE, "batcher: max_queued_requests must be >= 1");
 	struct batcher *b = calloc(1, sizeof(*b));
@@ -689,11 +697,12 @@ int bat_create(const struct bat_opts *o, const struct bat_model *m, struct batch
 	buf_init(&b->text);
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->cv, NULL);
-	struct kv_opts ko = {.n_blocks = o->n_kv_blocks, .block_size = o->block_size,
-			     .prefix_caching = o->prefix_caching};
+	struct kv_opts ko = {.n_blocks = o->n_kv_blocks,
+	                     .block_size = o->block_size,
+	                     .prefix_caching = o->prefix_caching};
 	struct sched_opts so = {.max_num_seqs = o->max_num_seqs,
-				.max_num_batched_tokens = o->max_num_batched_tokens,
-				.max_model_len = o->max_model_len};
+	                        .max_num_batched_tokens = o->max_num_batched_tokens,
+	                        .max_model_len = o->max_model_len};
 	int rc = kv_pool_create(&ko, &b->pool, d);
 	if (!rc)
 		rc = sched_create(b->pool, &so, &b->sched, d);
@@ -754,8 +763,10 @@ int bat_submit(struct batcher *b, const struct bat_request *in, struct diag *d)
 		return diag_set(d, ERR_INVAL, "the prompt is empty");
 	for (int i = 0; i < in->n_prompt; i++)
 		if (in->prompt[i] < 0 || in->prompt[i] >= b->m.vocab)
-			return diag_set(d, ERR_RANGE, "prompt token %d at position %d is outside the "
-					"vocabulary (0..%d)", in->prompt[i], i, b->m.vocab - 1);
+			return diag_set(d, ERR_RANGE,
+			                "prompt token %d at position %d is outside the "
+			                "vocabulary (0..%d)",
+			                in->prompt[i], i, b->m.vocab - 1);
 	int rc = sampling_params_validate(&in->params, b->m.vocab, d);
 	if (rc)
 		return rc;
@@ -763,10 +774,11 @@ int bat_submit(struct batcher *b, const struct bat_request *in, struct diag *d)
 	if (max_tokens < 0) {
 		max_tokens = b->o.max_model_len - in->n_prompt;
 		if (max_tokens < 1)
-			return diag_set(d, ERR_TOO_LARGE,
-					"this model's maximum context length is %d tokens; the prompt "
-					"has %d, leaving no room to generate",
-					b->o.max_model_len, in->n_prompt);
+			return diag_set(
+			    d, ERR_TOO_LARGE,
+			    "this model's maximum context length is %d tokens; the prompt "
+			    "has %d, leaving no room to generate",
+			    b->o.max_model_len, in->n_prompt);
 	}
 	rc = sched_validate(b->sched, in->n_prompt, max_tokens, in->n, d);
 	if (rc)
@@ -785,8 +797,10 @@ int bat_submit(struct batcher *b, const struct bat_request *in, struct diag *d)
 		int queued = b->n_inbox + b->snap.n_waiting;
 		pthread_mutex_unlock(&b->mu);
 		req_free(r);
-		return diag_set(d, ERR_FULL, "%d requests are already waiting (max-queued-requests "
-				"%d); try again later", queued, b->o.max_queued_requests);
+		return diag_set(d, ERR_FULL,
+		                "%d requests are already waiting (max-queued-requests "
+		                "%d); try again later",
+		                queued, b->o.max_queued_requests);
 	}
 	if (b->inbox_tail)
 		b->inbox_tail->next = r;

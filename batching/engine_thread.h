@@ -53,15 +53,15 @@ struct bat_model {
 void bat_model_engine(struct bat_model *m, struct engine *e, int vocab);
 
 struct bat_opts {
-	int block_size;		    /* --block-size (16) */
-	int n_kv_blocks;	    /* pool size, from --num-kv-blocks or the memory budget */
-	bool prefix_caching;	    /* --enable-prefix-caching */
-	int max_num_seqs;	    /* --max-num-seqs */
+	int block_size;             /* --block-size (16) */
+	int n_kv_blocks;            /* pool size, from --num-kv-blocks or the memory budget */
+	bool prefix_caching;        /* --enable-prefix-caching */
+	int max_num_seqs;           /* --max-num-seqs */
 	int max_num_batched_tokens; /* --max-num-batched-tokens */
-	int max_model_len;	    /* --max-model-len */
+	int max_model_len;          /* --max-model-len */
 	int max_queued_requests;    /* --max-queued-requests: waiting + not yet seen */
-	uint64_t server_seed;	    /* --seed: for requests without their own */
-	const int32_t *eos_ids;	    /* the model's end-of-sequence ids (copied) */
+	uint64_t server_seed;       /* --seed: for requests without their own */
+	const int32_t *eos_ids;     /* the model's end-of-sequence ids (copied) */
 	int n_eos;
 	const struct tokenizer *tok; /* for text deltas; NULL = events carry no text */
 	void (*wake)(void *arg);     /* called on the engine thread after events are added */
@@ -69,12 +69,13 @@ struct bat_opts {
 };
 
 struct bat_request {
-	uint64_t id;		       /* unique among live requests; bat_cancel uses it */
-	const int32_t *prompt;	       /* [n_prompt] token ids */
+	uint64_t id;           /* unique among live requests; bat_cancel uses it */
+	const int32_t *prompt; /* [n_prompt] token ids */
 	int n_prompt;
-	struct sampling_params params; /* validated again here; max_tokens -1 = up to max_model_len */
-	int n;			       /* choices (>= 1) */
-	void *user;		       /* returned in every event */
+	struct sampling_params
+	    params; /* validated again here; max_tokens -1 = up to max_model_len */
+	int n;      /* choices (>= 1) */
+	void *user; /* returned in every event */
 };
 
 enum bat_event_kind { BAT_EV_TOKEN = 0, BAT_EV_FINISH, BAT_EV_DONE, BAT_EV_ERROR };
@@ -121,7 +122,7 @@ struct batcher;
 
 /* Build the scheduler and pool and start the engine thread. */
 int bat_create(const struct bat_opts *o, const struct bat_model *m, struct batcher **out,
-	       struct diag *d);
+               struct diag *d);
 /* Stop the thread (requests still running are dropped without events) and
  * free everything, including undrained events. */
 void bat_destroy(struct batcher *b);

@@ -21,8 +21,8 @@ enum { LIST_NONE = 0, LIST_FREE = 1, LIST_LRU = 2 };
 struct kv_block {
 	int32_t ref;
 	int32_t prev, next; /* links in the free stack (next only) or the LRU */
-	int32_t hnext;	    /* next block in the same hash bucket */
-	uint8_t list;	    /* LIST_* */
+	int32_t hnext;      /* next block in the same hash bucket */
+	uint8_t list;       /* LIST_* */
 	bool registered;    /* in the hash map */
 	uint64_t hash, parent;
 };
@@ -55,7 +55,8 @@ uint64_t kv_hash_block(uint64_t parent, const int32_t *tokens, int block_size)
 {
 	uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ULL);
 	for (int i = 0; i < block_size; i++)
-		h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1)));
+		h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] +
+		               0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1)));
 	return h;
 }
 
@@ -63,11 +64,11 @@ int kv_pool_create(const struct kv_opts *o, struct kv_pool **out, struct diag *d
 {
 	if (o->n_blocks < 1 || o->block_size < 1 || o->block_size > 4096)
 		return diag_set(d, ERR_RANGE, "kv pool: n_blocks %d, block_size %d out of range",
-				o->n_blocks, o->block_size);
+		                o->n_blocks, o->block_size);
 	size_t n_tok;
 	if (ck_mul((size_t)o->n_blocks, (size_t)o->block_size, &n_tok) || n_tok > INT32_MAX)
 		return diag_set(d, ERR_OVERFLOW, "kv pool: %d blocks of %d tokens is too many",
-				o->n_blocks, o->block_size);
+		                o->n_blocks, o->block_size);
 	uint32_t nb = 16;
 	while (nb < (uint32_t)o->n_blocks * 2u && nb < (1u << 30))
 		nb <<= 1;
@@ -147,16 +148,15 @@ void kv_table_deinit(struct kv_table *t)
 	memset(t, 0, sizeof(*t));
 }
 
-void kv_table_hash(const struct kv_pool *p, struct kv_table *t, const int32_t *tokens,
-		   int n_tokens)
+void kv_table_hash(const struct kv_pool *p, struct kv_table *t, const int32_t *tokens, int n_tokens)
 {
 	int full = n_tokens / p->block_size;
 	if (full > t->cap)
 		full = t->cap;
 	for (int i = t->n_hashes; i < full; i++) {
 		uint64_t parent = i == 0 ? KV_ROOT_HASH : t->hashes[i - 1];
-		t->hashes[i] = kv_hash_block(parent, tokens + (size_t)i * p->block_size,
-					     p->block_size);
+		t->hashes[i] =
+		    kv_hash_block(parent, tokens + (size_t)i * p->block_size, p->block_size);
 	}
 	if (full > t->n_hashes)
 		t->n_hashes = full;
@@ -165,20 +165,20 @@ void kv_table_hash(const struct kv_pool *p, struct kv_table *t, const int32_t *t
 /* ---- hash map -------------------------------------------------------------- */
 
 static int32_t map_find(const struct kv_pool *p, uint64_t hash, uint64_t parent,
-			const int32_t *tokens)
+                        const int32_t *tokens)
 {
 	for (int32_t id = p->buckets[hash & p->bucket_mask]; id >= 0; id = p->blocks[id].hnext) {
 		const struct kv_block *b = &p->blocks[id];
 		if (b->hash == hash && b->parent == parent &&
 		    memcmp(p->tokens + (size_t)id * p->block_size, tokens,
-			   (size_t)p->block_size * sizeof(int32_t)) == 0)
+		           (size_t)p->block_size * sizeof(int32_t)) == 0)
 			return id;
 	}
 	return -1;
 }
 
 static void map_insert(struct kv_pool *p, int32_t id, uint64_t hash, uint64_t parent,
-		       const int32_t *tokens)
+                       const int32_t *tokens)
 {
 	struct kv_block *b = &p->blocks[id];
 	b->hash = hash;
@@ -288,7 +288,7 @@ static void drop_ref(struct kv_pool *p, int32_t id)
 /* ---- sequences --------------------------------------------------------------- */
 
 int kv_match_prefix(const struct kv_pool *p, const struct kv_table *t, const int32_t *tokens,
-		    int n_tokens, int *n_held)
+                    int n_tokens, int *n_held)
 {
 	*n_held = 0;
 	if (!p->prefix_caching || n_tokens < 1)
@@ -350,7 +350,7 @@ bool kv_can_append(const struct kv_pool *p, const struct kv_table *t, int n_have
 }
 
 int kv_append(struct kv_pool *p, struct kv_table *t, int n_have, int n_new, struct kv_copy *cow,
-	      int *n_cow)
+              int *n_cow)
 {
 	*n_cow = 0;
 	if (n_new <= 0)
@@ -459,8 +459,9 @@ int kv_pool_check(const struct kv_pool *p, struct diag *d)
 	for (int32_t id = p->free_head; id >= 0; id = p->blocks[id].next) {
 		const struct kv_block *b = &p->blocks[id];
 		if (b->list != LIST_FREE || b->ref != 0 || b->registered)
-			return diag_set(d, ERR_INTERNAL, "kv: block %d on the free stack: list %d ref %d reg %d",
-					id, b->list, b->ref, b->registered);
+			return diag_set(d, ERR_INTERNAL,
+			                "kv: block %d on the free stack: list %d ref %d reg %d", id,
+			                b->list, b->ref, b->registered);
 		if (++n_free_seen > p->n_blocks)
 			return diag_set(d, ERR_INTERNAL, "kv: free stack has a cycle");
 	}
@@ -468,17 +469,19 @@ int kv_pool_check(const struct kv_pool *p, struct diag *d)
 	for (int32_t id = p->lru_head; id >= 0; id = p->blocks[id].next) {
 		const struct kv_block *b = &p->blocks[id];
 		if (b->list != LIST_LRU || b->ref != 0 || !b->registered || b->prev != prev)
-			return diag_set(d, ERR_INTERNAL, "kv: block %d on the LRU: list %d ref %d reg %d",
-					id, b->list, b->ref, b->registered);
+			return diag_set(d, ERR_INTERNAL,
+			                "kv: block %d on the LRU: list %d ref %d reg %d", id,
+			                b->list, b->ref, b->registered);
 		if (++n_lru_seen > p->n_blocks)
 			return diag_set(d, ERR_INTERNAL, "kv: LRU has a cycle");
 		prev = id;
 	}
 	if (prev != p->lru_tail)
-		return diag_set(d, ERR_INTERNAL, "kv: LRU tail %d, walked to %d", p->lru_tail, prev);
+		return diag_set(d, ERR_INTERNAL, "kv: LRU tail %d, walked to %d", p->lru_tail,
+		                prev);
 	if (n_free_seen != p->n_free_uncached || n_lru_seen != p->n_lru)
 		return diag_set(d, ERR_INTERNAL, "kv: free counts %d/%d, lists hold %d/%d",
-				p->n_free_uncached, p->n_lru, n_free_seen, n_lru_seen);
+		                p->n_free_uncached, p->n_lru, n_free_seen, n_lru_seen);
 	int n_zero = 0, n_reg = 0;
 	for (int id = 0; id < p->n_blocks; id++) {
 		const struct kv_block *b = &p->blocks[id];
@@ -490,21 +493,26 @@ int kv_pool_check(const struct kv_pool *p, struct diag *d)
 			return diag_set(d, ERR_INTERNAL, "kv: held block %d is on a free list", id);
 		if (b->registered) {
 			n_reg++;
-			if (map_find(p, b->hash, b->parent, p->tokens + (size_t)id * p->block_size) < 0)
-				return diag_set(d, ERR_INTERNAL, "kv: registered block %d not in the map", id);
+			if (map_find(p, b->hash, b->parent,
+			             p->tokens + (size_t)id * p->block_size) < 0)
+				return diag_set(d, ERR_INTERNAL,
+				                "kv: registered block %d not in the map", id);
 		}
 	}
 	if (n_zero != n_free(p))
-		return diag_set(d, ERR_INTERNAL, "kv: %d blocks with ref 0, %d free", n_zero, n_free(p));
+		return diag_set(d, ERR_INTERNAL, "kv: %d blocks with ref 0, %d free", n_zero,
+		                n_free(p));
 	int n_chain = 0;
 	for (uint32_t k = 0; k <= p->bucket_mask; k++)
 		for (int32_t id = p->buckets[k]; id >= 0; id = p->blocks[id].hnext) {
 			if (!p->blocks[id].registered || (p->blocks[id].hash & p->bucket_mask) != k)
-				return diag_set(d, ERR_INTERNAL, "kv: block %d in the wrong bucket", id);
+				return diag_set(d, ERR_INTERNAL, "kv: block %d in the wrong bucket",
+				                id);
 			if (++n_chain > p->n_blocks)
 				return diag_set(d, ERR_INTERNAL, "kv: hash chain cycle");
 		}
 	if (n_chain != n_reg)
-		return diag_set(d, ERR_INTERNAL, "kv: %d registered, %d in the map", n_reg, n_chain);
+		return diag_set(d, ERR_INTERNAL, "kv: %d registered, %d in the map", n_reg,
+		                n_chain);
 	return 0;
 }

@@ -31,8 +31,8 @@
 struct kv_pool;
 
 struct kv_opts {
-	int n_blocks;	     /* blocks in the pool (>= 1) */
-	int block_size;	     /* token slots per block (>= 1) */
+	int n_blocks;        /* blocks in the pool (>= 1) */
+	int block_size;      /* token slots per block (>= 1) */
 	bool prefix_caching; /* register full blocks and reuse them */
 };
 
@@ -44,7 +44,7 @@ struct kv_table {
 	uint64_t *hashes;
 	int n_hashes;
 	int n_registered; /* leading full blocks that are registered or were cache hits */
-	int cap;	  /* capacity of ids and hashes, in blocks */
+	int cap;          /* capacity of ids and hashes, in blocks */
 };
 
 /* A block copy the engine must do before the step (copy-on-write). */
@@ -54,12 +54,12 @@ struct kv_copy {
 
 struct kv_stats {
 	int n_blocks;
-	int n_free;	      /* free blocks, cached or not (allocatable) */
-	int n_cached_free;    /* of those, still registered in the prefix cache */
-	uint64_t queries;     /* prompt tokens looked up in the prefix cache */
-	uint64_t hits;	      /* of those, tokens found */
-	uint64_t evictions;   /* cached blocks evicted to make room */
-	uint64_t cow_copies;  /* blocks copied on write */
+	int n_free;          /* free blocks, cached or not (allocatable) */
+	int n_cached_free;   /* of those, still registered in the prefix cache */
+	uint64_t queries;    /* prompt tokens looked up in the prefix cache */
+	uint64_t hits;       /* of those, tokens found */
+	uint64_t evictions;  /* cached blocks evicted to make room */
+	uint64_t cow_copies; /* blocks copied on write */
 };
 
 int kv_pool_create(const struct kv_opts *o, struct kv_pool **out, struct diag *d);
@@ -75,7 +75,7 @@ void kv_table_deinit(struct kv_table *t);
  * tokens are appended (cheap: only new full blocks are hashed). The token
  * prefix must be the same one earlier calls saw. */
 void kv_table_hash(const struct kv_pool *p, struct kv_table *t, const int32_t *tokens,
-		   int n_tokens);
+                   int n_tokens);
 
 /* Blocks of tokens[0, n_tokens) that the cache could supply to an empty table:
  * full blocks before the one holding the last token, so at least one token is
@@ -83,7 +83,7 @@ void kv_table_hash(const struct kv_pool *p, struct kv_table *t, const int32_t *t
  * the number of leading blocks found; *n_held: how many of them are held by
  * someone (cost no free block). Read-only. */
 int kv_match_prefix(const struct kv_pool *p, const struct kv_table *t, const int32_t *tokens,
-		    int n_tokens, int *n_held);
+                    int n_tokens, int *n_held);
 
 /* Take the cached prefix into an empty table (refcount++, off the LRU) and
  * count the lookup in the stats. Returns the number of cached tokens
@@ -100,7 +100,7 @@ bool kv_can_append(const struct kv_pool *p, const struct kv_table *t, int n_have
  * to *cow with *n_cow = 1 (else 0). ERR_FULL (t unchanged) when the pool is
  * short, ERR_RANGE past the table's capacity. */
 int kv_append(struct kv_pool *p, struct kv_table *t, int n_have, int n_new, struct kv_copy *cow,
-	      int *n_cow);
+              int *n_cow);
 
 /* Register the full blocks among tokens[0, n_computed) (their KV is now
  * written) in the prefix cache. t must be hashed that far. A block whose

@@ -111,19 +111,20 @@ static void running_remove(struct sched *s, struct seq *q)
 		i--;
 	assert(i >= 0);
 	memmove(&s->running[i], &s->running[i + 1],
-		(size_t)(s->n_running - i - 1) * sizeof(*s->running));
+	        (size_t)(s->n_running - i - 1) * sizeof(*s->running));
 	s->n_running--;
 }
 
 /* ---- create / destroy ---------------------------------------------------------- */
 
 int sched_create(struct kv_pool *pool, const struct sched_opts *o, struct sched **out,
-		 struct diag *d)
+                 struct diag *d)
 {
 	if (o->max_num_seqs < 1 || o->max_num_batched_tokens < 1 || o->max_model_len < 1)
-		return diag_set(d, ERR_RANGE, "scheduler: max_num_seqs %d, max_num_batched_tokens %d, "
-				"max_model_len %d must be >= 1", o->max_num_seqs,
-				o->max_num_batched_tokens, o->max_model_len);
+		return diag_set(d, ERR_RANGE,
+		                "scheduler: max_num_seqs %d, max_num_batched_tokens %d, "
+		                "max_model_len %d must be >= 1",
+		                o->max_num_seqs, o->max_num_batched_tokens, o->max_model_len);
 	struct sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		return diag_set(d, ERR_NOMEM, "scheduler: out of memory");
@@ -205,17 +206,17 @@ int sched_validate(const struct sched *s, int n_prompt, int max_tokens, int n, s
 	int64_t total = (int64_t)n_prompt + max_tokens;
 	if (total > s->o.max_model_len)
 		return diag_set(d, ERR_TOO_LARGE,
-				"this model's maximum context length is %d tokens; the request has "
-				"%d prompt tokens + %d max_tokens = %lld",
-				s->o.max_model_len, n_prompt, max_tokens, (long long)total);
+		                "this model's maximum context length is %d tokens; the request has "
+		                "%d prompt tokens + %d max_tokens = %lld",
+		                s->o.max_model_len, n_prompt, max_tokens, (long long)total);
 	int64_t blocks = (total + s->block_size - 1) / s->block_size;
 	if (blocks > s->n_blocks)
 		return diag_set(d, ERR_TOO_LARGE,
-				"the request needs %lld KV blocks of %d tokens; the pool has %d",
-				(long long)blocks, s->block_size, s->n_blocks);
+		                "the request needs %lld KV blocks of %d tokens; the pool has %d",
+		                (long long)blocks, s->block_size, s->n_blocks);
 	if (n < 1 || n > s->o.max_num_seqs)
 		return diag_set(d, ERR_RANGE, "n must be between 1 and %d (max-num-seqs), got %d",
-				s->o.max_num_seqs, n);
+		                s->o.max_num_seqs, n);
 	return 0;
 }
 
@@ -236,7 +237,7 @@ int sched_add(struct sched *s, struct seq *q)
 /* ---- building a step ----------------------------------------------------------- */
 
 static void add_entry(struct sched *s, struct seq *q, int n_new, const struct kv_copy *cow,
-		      int n_cow)
+                      int n_cow)
 {
 	struct entry *e = &s->entries[s->n_entries];
 	assert(s->n_entries < s->o.max_num_seqs);
@@ -333,8 +334,8 @@ static void admit_waiting(struct sched *s)
 		int cached = hit * s->block_size;
 		int left = w->n_tokens - cached;
 		int n_new = left < s->budget ? left : s->budget;
-		int need = (hit - held) +
-			   (cached + n_new + s->block_size - 1) / s->block_size - hit;
+		int need =
+		    (hit - held) + (cached + n_new + s->block_size - 1) / s->block_size - hit;
 		kv_get_stats(s->pool, &ks);
 		if (need > ks.n_free)
 			break;

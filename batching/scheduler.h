@@ -50,26 +50,26 @@
 #include "engine/engine.h"
 
 struct sched_opts {
-	int max_num_seqs;	    /* sequences running at once (>= 1) */
+	int max_num_seqs;           /* sequences running at once (>= 1) */
 	int max_num_batched_tokens; /* rows per step (>= 1) */
-	int max_model_len;	    /* prompt + max_tokens limit */
+	int max_model_len;          /* prompt + max_tokens limit */
 };
 
 struct sched_step {
 	int n_seqs;
-	struct seq **seqs;	 /* [n_seqs] scheduled sequences, in batch order */
-	int32_t *n_new;		 /* [n_seqs] tokens computed for each this step */
-	int32_t *logits_seq;	 /* [n_logits] index into seqs of each logits row */
-	int n_preempted;	 /* preemptions while building this step */
+	struct seq **seqs;   /* [n_seqs] scheduled sequences, in batch order */
+	int32_t *n_new;      /* [n_seqs] tokens computed for each this step */
+	int32_t *logits_seq; /* [n_logits] index into seqs of each logits row */
+	int n_preempted;     /* preemptions while building this step */
 	/* The engine batch (see engine/engine.h), rows grouped by sequence. */
 	int n_tokens;
 	int32_t *tokens, *positions, *slot_mapping;
-	int32_t *seq_start;	 /* [n_seqs + 1] */
-	int32_t *context_len;	 /* [n_seqs] */
-	int32_t *block_tables;	 /* [n_seqs * max_blocks_per_seq] */
-	int max_blocks_per_seq;	 /* this step's row stride: its widest table (<= the engine's) */
+	int32_t *seq_start;     /* [n_seqs + 1] */
+	int32_t *context_len;   /* [n_seqs] */
+	int32_t *block_tables;  /* [n_seqs * max_blocks_per_seq] */
+	int max_blocks_per_seq; /* this step's row stride: its widest table (<= the engine's) */
 	int n_logits;
-	int32_t *logits_rows;	 /* [n_logits] */
+	int32_t *logits_rows; /* [n_logits] */
 	/* Copy-on-write: copy block src[i] to dst[i] before the forward. */
 	int n_copies;
 	int32_t *copy_src, *copy_dst;
@@ -78,12 +78,12 @@ struct sched_step {
 struct sched_stats {
 	int n_running;
 	int n_waiting;
-	double kv_usage;	     /* held blocks / all blocks */
-	uint64_t prefix_queries;     /* prompt tokens looked up */
-	uint64_t prefix_hits;	     /* of those, found in the cache */
+	double kv_usage;         /* held blocks / all blocks */
+	uint64_t prefix_queries; /* prompt tokens looked up */
+	uint64_t prefix_hits;    /* of those, found in the cache */
 	uint64_t preemptions;
 	uint64_t steps;
-	uint64_t tokens_computed;    /* rows run through the engine */
+	uint64_t tokens_computed;        /* rows run through the engine */
 	uint64_t prompt_tokens_computed; /* of those, at prompt positions */
 };
 
@@ -91,7 +91,7 @@ struct sched;
 
 /* pool is borrowed and must outlive the scheduler. */
 int sched_create(struct kv_pool *pool, const struct sched_opts *o, struct sched **out,
-		 struct diag *d);
+                 struct diag *d);
 /* Releases the blocks of and destroys every sequence still queued. */
 void sched_destroy(struct sched *s);
 

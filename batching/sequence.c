@@ -27,7 +27,7 @@ static int seq_alloc(int cap, int block_size, uint64_t id, struct seq **out)
 }
 
 int seq_create(const struct kv_pool *p, uint64_t id, const int32_t *prompt, int n_prompt,
-	       int max_tokens, struct seq **out)
+               int max_tokens, struct seq **out)
 {
 	size_t cap;
 	if (n_prompt < 1 || max_tokens < 0 || ck_add((size_t)n_prompt, (size_t)max_tokens, &cap) ||

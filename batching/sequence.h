@@ -29,29 +29,29 @@ struct seq {
 	uint64_t id;
 	enum seq_status status;
 	enum seq_finish finish;
-	int32_t *tokens;   /* [cap]: prompt, then generated tokens */
+	int32_t *tokens; /* [cap]: prompt, then generated tokens */
 	int n_tokens;
 	int n_prompt;
-	int cap;	   /* n_prompt + max_tokens */
+	int cap; /* n_prompt + max_tokens */
 	int max_tokens;
-	int n_computed;	   /* leading tokens whose KV is in the blocks */
+	int n_computed; /* leading tokens whose KV is in the blocks */
 	struct kv_table kv;
 	int n_fork_pending; /* children still to fork off once the prompt is computed (n - 1) */
-	int index;	    /* choice index within its request (0 .. n-1) */
-	void *owner;	    /* caller's request; borrowed */
+	int index;          /* choice index within its request (0 .. n-1) */
+	void *owner;        /* caller's request; borrowed */
 	uint64_t admit_seq; /* admission order: the largest running one is preempted first */
 	int n_preemptions;
 	int n_cached_tokens; /* prompt tokens the prefix cache supplied at first admission */
 	/* Timestamps, clock_now_ns(); 0 = not yet. */
 	uint64_t t_arrival, t_first_scheduled, t_first_token, t_finish;
 	/* Scheduler bookkeeping. */
-	int step_slot;	    /* index in the current step, -1 when not scheduled */
+	int step_slot; /* index in the current step, -1 when not scheduled */
 };
 
 /* Make a sequence for prompt[0, n_prompt) that may generate max_tokens more;
  * cap_blocks = ceil((n_prompt + max_tokens) / block_size) at least. */
 int seq_create(const struct kv_pool *p, uint64_t id, const int32_t *prompt, int n_prompt,
-	       int max_tokens, struct seq **out);
+               int max_tokens, struct seq **out);
 /* A copy of parent's tokens and counters (not its blocks: see kv_fork). */
 int seq_clone(const struct kv_pool *p, const struct seq *parent, uint64_t id, struct seq **out);
 /* The sequence must hold no blocks. */

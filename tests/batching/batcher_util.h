@@ -95,8 +95,8 @@ static inline void res_apply(struct bat_event *ev)
 {
 	struct res *r = ev->user;
 	if (r->done || r->error)
-		ck_abort_msg("request %llu: event %d after its end", (unsigned long long)ev->request_id,
-			     ev->kind);
+		ck_abort_msg("request %llu: event %d after its end",
+		             (unsigned long long)ev->request_id, ev->kind);
 	switch (ev->kind) {
 	case BAT_EV_TOKEN:
 		if (ev->index < 0 || ev->index >= r->n || r->fin_seen[ev->index] ||
@@ -131,8 +131,8 @@ static inline void res_apply(struct bat_event *ev)
 /* Drain events until `ended` reaches want (counting DONE and ERROR), or fail
  * after timeout_s. on_token (may be NULL) sees each TOKEN event first. */
 static inline void drain_until(struct batcher *b, struct waiter *w, int *ended, int want,
-			       int timeout_s, void (*on_token)(struct bat_event *, void *),
-			       void *arg)
+                               int timeout_s, void (*on_token)(struct bat_event *, void *),
+                               void *arg)
 {
 	struct bat_event evs[64];
 	time_t t0 = time(NULL);

@@ -31,12 +31,12 @@ static int rng_int(uint64_t *s, int lo, int hi)
 	return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1));
 }
 
-#define CHECK(x)                                                               \
-	do {                                                                   \
-		if ((x) != 0) {                                                \
-			fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x); \
-			exit(1);                                               \
-		}                                                              \
+#define CHECK(x)                                                                                   \
+	do {                                                                                       \
+		if ((x) != 0) {                                                                    \
+			fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x);             \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 /* Append a made-up token to every sequence that got logits; finish those at
@@ -67,13 +67,14 @@ static void bench_step_time(int steps, int max_len)
 	enum { RUNNING = 256, WAITING = 1000, BS = 16 };
 	const int MAX_LEN = max_len;
 	/* Enough blocks that the 256 never preempt: prompts <= 1024 + steps + 64. */
-	struct kv_opts ko = {.n_blocks = RUNNING * ((1024 + steps + 64) / BS + 2), .block_size = BS,
-			     .prefix_caching = true};
+	struct kv_opts ko = {.n_blocks = RUNNING * ((1024 + steps + 64) / BS + 2),
+	                     .block_size = BS,
+	                     .prefix_caching = true};
 	struct kv_pool *pool;
 	struct sched *s;
 	CHECK(kv_pool_create(&ko, &pool, NULL));
-	struct sched_opts so = {.max_num_seqs = RUNNING, .max_num_batched_tokens = 8192,
-				.max_model_len = MAX_LEN};
+	struct sched_opts so = {
+	    .max_num_seqs = RUNNING, .max_num_batched_tokens = 8192, .max_model_len = MAX_LEN};
 	CHECK(sched_create(pool, &so, &s, NULL));
 	uint64_t rng = 1;
 	int32_t *prompt = malloc((size_t)MAX_LEN * sizeof(int32_t));
@@ -129,7 +130,7 @@ static void bench_step_time(int steps, int max_len)
 
 /* Used slots of the held blocks / allocated, over the running sequences. */
 static void kv_waste_sample(struct sched *s, int bs, int n_blocks, int *fill, uint64_t *alloc,
-			    uint64_t *used)
+                            uint64_t *used)
 {
 	memset(fill, 0, (size_t)n_blocks * sizeof(int));
 	for (int i = 0; i < sched_n_running(s); i++) {
@@ -157,8 +158,8 @@ static void bench_kv_waste(int n_reqs)
 	struct kv_pool *pool;
 	struct sched *s;
 	CHECK(kv_pool_create(&ko, &pool, NULL));
-	struct sched_opts so = {.max_num_seqs = 128, .max_num_batched_tokens = 2048,
-				.max_model_len = MAX_LEN};
+	struct sched_opts so = {
+	    .max_num_seqs = 128, .max_num_batched_tokens = 2048, .max_model_len = MAX_LEN};
 	CHECK(sched_create(pool, &so, &s, NULL));
 	int *fill = malloc(N_BLOCKS * sizeof(int));
 	int32_t sys[3][600];
@@ -197,7 +198,8 @@ static void bench_kv_waste(int n_reqs)
 	       "prefix_hit_rate=%.1f%%\n",
 	       n_reqs, (unsigned long long)steps, 100.0 * (double)(alloc - used) / (double)alloc,
 	       (unsigned long long)ss.preemptions,
-	       100.0 * (double)ss.prefix_hits / (double)(ss.prefix_queries ? ss.prefix_queries : 1));
+	       100.0 * (double)ss.prefix_hits /
+	           (double)(ss.prefix_queries ? ss.prefix_queries : 1));
 	free(fill);
 	free(prompt);
 	sched_destroy(s);

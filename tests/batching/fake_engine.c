@@ -49,14 +49,14 @@ void fake_engine_deinit(struct fake_engine *fe)
 	memset(fe, 0, sizeof(*fe));
 }
 
-#define FAIL(...)                                                          \
-	do {                                                               \
-		snprintf(fe->err, sizeof(fe->err), __VA_ARGS__);           \
-		return ERR_INVAL;                                          \
+#define FAIL(...)                                                                                  \
+	do {                                                                                       \
+		snprintf(fe->err, sizeof(fe->err), __VA_ARGS__);                                   \
+		return ERR_INVAL;                                                                  \
 	} while (0)
 
 static int slot_of(const struct fake_engine *fe, const struct engine_batch *b, int s, int pos,
-		   int32_t *slot)
+                   int32_t *slot)
 {
 	int blk = pos / fe->block_size;
 	if (blk >= b->max_blocks_per_seq)
@@ -69,7 +69,7 @@ static int slot_of(const struct fake_engine *fe, const struct engine_batch *b, i
 }
 
 int fake_engine_forward(struct fake_engine *fe, const struct engine_batch *b, int32_t *next,
-			float *logits)
+                        float *logits)
 {
 	if (b->n_seqs < 1 || b->n_tokens < 1 || b->seq_start[0] != 0 ||
 	    b->seq_start[b->n_seqs] != b->n_tokens)

@@ -17,8 +17,8 @@
 struct fake_engine {
 	int n_blocks, block_size, vocab;
 	int32_t *kv_tok, *kv_pos; /* [n_blocks * block_size]; pos -1 = never written */
-	char err[256];		  /* why the last call failed */
-	uint64_t rows;		  /* rows run */
+	char err[256];            /* why the last call failed */
+	uint64_t rows;            /* rows run */
 };
 
 int fake_engine_init(struct fake_engine *fe, int n_blocks, int block_size, int vocab);
@@ -28,7 +28,7 @@ void fake_engine_deinit(struct fake_engine *fe);
  * [n_logits, vocab] logits whose argmax is that token. Returns ERR_INVAL with
  * fe->err set when the batch breaks a rule or reads KV never written. */
 int fake_engine_forward(struct fake_engine *fe, const struct engine_batch *b, int32_t *next,
-			float *logits);
+                        float *logits);
 int fake_engine_copy_blocks(struct fake_engine *fe, const int32_t *src, const int32_t *dst, int n);
 /* The reference: next token after tokens[0, n) for a model with this vocab,
  * whole or streaming (h = FAKE_HASH_INIT; h = fake_hash_step(h, t) per token). */

@@ -19,8 +19,8 @@
 #include "engine/model_gen.h"
 #include "engine/tokenizer.h"
 
-#define N 30
-#define BS 16
+#define N       30
+#define BS      16
 #define MAX_LEN 192
 
 struct fixture {
@@ -51,10 +51,14 @@ static void fixture_init(struct fixture *f)
 	ck_assert_msg(model_gen_write_gguf(&g, f->path, &d) == 0, "%s", d.msg);
 	ck_assert_msg(model_load(f->path, &f->m, &d) == 0, "%s", d.msg);
 	ck_assert_msg(tok_load_for_model(f->m, &f->tok, &d) == 0, "%s", d.msg);
-	struct engine_opts eo = {.n_threads = 2, .block_size = BS, .n_kv_blocks = 12,
-				 .kv_dtype = DT_F32, .quantization = DT_F32,
-				 .max_batch_tokens = 64, .max_seqs = 6,
-				 .max_blocks_per_seq = MAX_LEN / BS};
+	struct engine_opts eo = {.n_threads = 2,
+	                         .block_size = BS,
+	                         .n_kv_blocks = 12,
+	                         .kv_dtype = DT_F32,
+	                         .quantization = DT_F32,
+	                         .max_batch_tokens = 64,
+	                         .max_seqs = 6,
+	                         .max_blocks_per_seq = MAX_LEN / BS};
 	ck_assert_msg(engine_create(f->m, &eo, &f->e, &d) == 0, "%s", d.msg);
 }
 
@@ -71,12 +75,19 @@ static struct batcher *make_batcher(struct fixture *f, struct waiter *w, int max
 {
 	struct bat_model bm;
 	bat_model_engine(&bm, f->e, f->m->cfg.vocab);
-	struct bat_opts o = {.block_size = BS, .n_kv_blocks = 12, .prefix_caching = cache,
-			     .max_num_seqs = max_seqs, .max_num_batched_tokens = 64,
-			     .max_model_len = MAX_LEN, .max_queued_requests = 1000,
-			     .server_seed = 5, .eos_ids = f->m->cfg.eos_ids,
-			     .n_eos = f->m->cfg.n_eos_ids, .tok = f->tok, .wake = waiter_wake,
-			     .wake_arg = w};
+	struct bat_opts o = {.block_size = BS,
+	                     .n_kv_blocks = 12,
+	                     .prefix_caching = cache,
+	                     .max_num_seqs = max_seqs,
+	                     .max_num_batched_tokens = 64,
+	                     .max_model_len = MAX_LEN,
+	                     .max_queued_requests = 1000,
+	                     .server_seed = 5,
+	                     .eos_ids = f->m->cfg.eos_ids,
+	                     .n_eos = f->m->cfg.n_eos_ids,
+	                     .tok = f->tok,
+	                     .wake = waiter_wake,
+	                     .wake_arg = w};
 	struct batcher *b;
 	struct diag d = {0};
 	ck_assert_msg(bat_create(&o, &bm, &b, &d) == 0, "%s", d.msg);
@@ -94,14 +105,14 @@ struct reqs {
 static void make_requests(struct fixture *f, struct reqs *q)
 {
 	const char *sys = "You are a careful assistant. Answer briefly and do not repeat the "
-			  "question. ";
+	                  "question. ";
 	char text[256];
 	for (int i = 0; i < N; i++) {
-		snprintf(text, sizeof(text), "%sQuestion %d: what is %d times %d?", i % 3 ? sys : "",
-			 i, i * 7, i + 3);
+		snprintf(text, sizeof(text), "%sQuestion %d: what is %d times %d?",
+		         i % 3 ? sys : "", i, i * 7, i + 3);
 		ck_assert_int_eq(tok_encode(f->tok, text, strlen(text), TOK_ADD_SPECIAL,
-					    &q->prompt[i], &q->n_prompt[i]),
-				 0);
+		                            &q->prompt[i], &q->n_prompt[i]),
+		                 0);
 		ck_assert_int_lt((int)q->n_prompt[i], MAX_LEN - 40);
 		q->max_tokens[i] = 4 + (i * 7) % 30;
 		q->n_stop[i] = i % 4 == 1;
@@ -111,8 +122,11 @@ static void make_requests(struct fixture *f, struct reqs *q)
 
 static struct bat_request request(struct reqs *q, int i, struct res *r)
 {
-	struct bat_request br = {.id = (uint64_t)i + 1, .prompt = q->prompt[i],
-				 .n_prompt = (int)q->n_prompt[i], .n = 1, .user = r};
+	struct bat_request br = {.id = (uint64_t)i + 1,
+	                         .prompt = q->prompt[i],
+	                         .n_prompt = (int)q->n_prompt[i],
+	                         .n = 1,
+	                         .user = r};
 	sampling_params_init(&br.params);
 	br.params.temperature = 0;
 	br.params.max_tokens = q->max_tokens[i];
@@ -143,8 +157,8 @@ START_TEST(test_batched_equals_alone)
 	struct bat_stats st;
 	bat_stats(b, &st);
 	fprintf(stderr, "real engine: %llu steps, %llu preemptions, prefix hits %llu/%llu\n",
-		(unsigned long long)st.steps, (unsigned long long)st.preemptions,
-		(unsigned long long)st.prefix_hits, (unsigned long long)st.prefix_queries);
+	        (unsigned long long)st.steps, (unsigned long long)st.preemptions,
+	        (unsigned long long)st.prefix_hits, (unsigned long long)st.prefix_queries);
 	ck_assert_uint_gt(st.preemptions, 0);
 	ck_assert_uint_gt(st.prefix_hits, 0);
 	ck_assert_double_eq(st.kv_usage, 0.0);
@@ -166,8 +180,9 @@ START_TEST(test_batched_equals_alone)
 		ck_assert(t->done && a->done);
 		ck_assert_int_eq(t->n_toks[0], a->n_toks[0]);
 		for (int j = 0; j < t->n_toks[0]; j++)
-			ck_assert_msg(t->toks[0][j] == a->toks[0][j], "request %d token %d: %d vs %d", i,
-				      j, t->toks[0][j], a->toks[0][j]);
+			ck_assert_msg(t->toks[0][j] == a->toks[0][j],
+			              "request %d token %d: %d vs %d", i, j, t->toks[0][j],
+			              a->toks[0][j]);
 		ck_assert_int_eq(t->fin[0], a->fin[0]);
 		ck_assert_uint_eq(t->text[0].len, a->text[0].len);
 		if (t->text[0].len)
@@ -181,8 +196,8 @@ START_TEST(test_batched_equals_alone)
 			struct buf ref;
 			buf_init(&ref);
 			ck_assert_int_eq(tok_decode(f.tok, t->toks[0], (size_t)t->n_toks[0],
-						    TOK_SKIP_SPECIAL, &ref),
-					 0);
+			                            TOK_SKIP_SPECIAL, &ref),
+			                 0);
 			ck_assert_uint_eq(ref.len, t->text[0].len);
 			if (ref.len)
 				ck_assert_mem_eq(ref.data, t->text[0].data, ref.len);

@@ -14,7 +14,7 @@
 #include "fake_engine.h"
 
 #define VOCAB 64
-#define EOS 0
+#define EOS   0
 
 /* The fake engine behind a gate (to hold a step) and a failure switch. */
 struct fake_model {
@@ -92,21 +92,29 @@ static void fm_wait_in_forward(struct fake_model *fm, int n)
 static const int32_t eos_ids[1] = {EOS};
 
 static struct bat_opts opts(int n_blocks, int bs, int max_seqs, int budget, int max_len,
-			    struct waiter *w)
+                            struct waiter *w)
 {
-	struct bat_opts o = {.block_size = bs, .n_kv_blocks = n_blocks, .prefix_caching = true,
-			     .max_num_seqs = max_seqs, .max_num_batched_tokens = budget,
-			     .max_model_len = max_len, .max_queued_requests = 100000,
-			     .server_seed = 1, .eos_ids = eos_ids, .n_eos = 1, .tok = NULL,
-			     .wake = waiter_wake, .wake_arg = w};
+	struct bat_opts o = {.block_size = bs,
+	                     .n_kv_blocks = n_blocks,
+	                     .prefix_caching = true,
+	                     .max_num_seqs = max_seqs,
+	                     .max_num_batched_tokens = budget,
+	                     .max_model_len = max_len,
+	                     .max_queued_requests = 100000,
+	                     .server_seed = 1,
+	                     .eos_ids = eos_ids,
+	                     .n_eos = 1,
+	                     .tok = NULL,
+	                     .wake = waiter_wake,
+	                     .wake_arg = w};
 	return o;
 }
 
 static struct bat_request greedy_req(uint64_t id, const int32_t *prompt, int n_prompt,
-				     int max_tokens, int n, void *user)
+                                     int max_tokens, int n, void *user)
 {
-	struct bat_request r = {.id = id, .prompt = prompt, .n_prompt = n_prompt, .n = n,
-				.user = user};
+	struct bat_request r = {
+	    .id = id, .prompt = prompt, .n_prompt = n_prompt, .n = n, .user = user};
 	sampling_params_init(&r.params);
 	r.params.temperature = 0;
 	r.params.max_tokens = max_tokens;
@@ -115,7 +123,7 @@ static struct bat_request greedy_req(uint64_t id, const int32_t *prompt, int n_p
 
 /* The greedy output of a prompt alone: the fake engine's reference. */
 static void check_greedy(const struct res *r, const int32_t *prompt, int n_prompt, int max_tokens,
-			 bool may_be_cut)
+                         bool may_be_cut)
 {
 	int32_t all[RES_MAXT + 256];
 	for (int k = 0; k < r->n; k++) {
@@ -123,8 +131,8 @@ static void check_greedy(const struct res *r, const int32_t *prompt, int n_promp
 		for (int j = 0; j < r->n_toks[k]; j++) {
 			int32_t want = fake_next_token(all, n_prompt + j, VOCAB);
 			if (r->toks[k][j] != want)
-				ck_abort_msg("choice %d token %d: got %d, alone %d", k, j, r->toks[k][j],
-					     want);
+				ck_abort_msg("choice %d token %d: got %d, alone %d", k, j,
+				             r->toks[k][j], want);
 			all[n_prompt + j] = want;
 		}
 		ck_assert_int_eq(r->fin_completion[k], r->n_toks[k]);
@@ -178,7 +186,8 @@ START_TEST(test_many_requests_match_alone)
 	int32_t sys[2][64];
 	for (int s = 0; s < 2; s++)
 		for (int j = 0; j < 64; j++)
-			sys[s][j] = 1 + (int32_t)((rng = rng * 6364136223846793005ULL + 1) >> 33) % (VOCAB - 1);
+			sys[s][j] = 1 + (int32_t)((rng = rng * 6364136223846793005ULL + 1) >> 33) %
+			                    (VOCAB - 1);
 	for (int i = 0; i < N; i++) {
 		rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
 		int shared = (int)(rng >> 60) % 3; /* 0, 1: a system prompt; 2: none */
@@ -186,13 +195,14 @@ START_TEST(test_many_requests_match_alone)
 		n_prompt[i] = sl + 1 + (int)((rng >> 20) % 36);
 		for (int j = 0; j < n_prompt[i]; j++) {
 			rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-			prompts[i][j] = j < sl ? sys[shared][j] : 1 + (int32_t)((rng >> 33) % (VOCAB - 1));
+			prompts[i][j] =
+			    j < sl ? sys[shared][j] : 1 + (int32_t)((rng >> 33) % (VOCAB - 1));
 		}
 		max_tokens[i] = 1 + (int)((rng >> 10) % 30);
 		int n = (rng >> 50) % 10 == 0 ? 2 + (int)((rng >> 8) % 2) : 1;
 		res_init(&res[i], n);
-		struct bat_request r = greedy_req((uint64_t)i + 1, prompts[i], n_prompt[i],
-						  max_tokens[i], n, &res[i]);
+		struct bat_request r =
+		    greedy_req((uint64_t)i + 1, prompts[i], n_prompt[i], max_tokens[i], n, &res[i]);
 		ck_assert_msg(bat_submit(b, &r, &d) == 0, "%s", d.msg);
 		if (i % 10 == 3) {
 			bat_cancel(b, (uint64_t)i + 1); /* right away */
@@ -220,7 +230,8 @@ START_TEST(test_many_requests_match_alone)
 		ck_assert_int_eq(res[i].end.prompt_tokens, n_prompt[i]);
 		ck_assert_uint_ge(res[i].end.t_finish_ns, res[i].end.t_arrival_ns);
 		if (total > 0) {
-			ck_assert_uint_ge(res[i].end.t_first_token_ns, res[i].end.t_first_scheduled_ns);
+			ck_assert_uint_ge(res[i].end.t_first_token_ns,
+			                  res[i].end.t_first_scheduled_ns);
 			ck_assert_uint_ge(res[i].end.t_first_scheduled_ns, res[i].end.t_arrival_ns);
 		}
 		res_deinit(&res[i]);
@@ -234,9 +245,9 @@ START_TEST(test_many_requests_match_alone)
 	ck_assert_uint_gt(st.prefix_hits, 0);
 	ck_assert_uint_eq(st.requests_done, N);
 	fprintf(stderr, "batcher: %llu steps, %llu preemptions, %llu cancelled, hits %llu/%llu\n",
-		(unsigned long long)st.steps, (unsigned long long)st.preemptions,
-		(unsigned long long)st.requests_cancelled, (unsigned long long)st.prefix_hits,
-		(unsigned long long)st.prefix_queries);
+	        (unsigned long long)st.steps, (unsigned long long)st.preemptions,
+	        (unsigned long long)st.requests_cancelled, (unsigned long long)st.prefix_hits,
+	        (unsigned long long)st.prefix_queries);
 	bat_destroy(b);
 	fm_deinit(&fm);
 	waiter_deinit(&w);
@@ -409,7 +420,7 @@ START_TEST(test_sampled_n_and_destroy_busy)
 	for (int k = 0; k < 3; k++)
 		ck_assert_int_eq(res[0].n_toks[k], 40);
 	ck_assert(memcmp(res[0].toks[0], res[0].toks[1], 40 * sizeof(int32_t)) != 0 ||
-		  memcmp(res[0].toks[0], res[0].toks[2], 40 * sizeof(int32_t)) != 0);
+	          memcmp(res[0].toks[0], res[0].toks[2], 40 * sizeof(int32_t)) != 0);
 	res_init(&res[1], 2);
 	r = greedy_req(2, p, 6, 100, 2, &res[1]);
 	r.params.ignore_eos = true;

@@ -21,13 +21,13 @@ struct env {
 };
 
 static void env_init(struct env *e, int n_blocks, int bs, bool cache, int max_seqs, int budget,
-		     int max_len)
+                     int max_len)
 {
 	memset(e, 0, sizeof(*e));
 	struct kv_opts ko = {.n_blocks = n_blocks, .block_size = bs, .prefix_caching = cache};
 	ck_assert_int_eq(kv_pool_create(&ko, &e->pool, NULL), 0);
-	struct sched_opts so = {.max_num_seqs = max_seqs, .max_num_batched_tokens = budget,
-				.max_model_len = max_len};
+	struct sched_opts so = {
+	    .max_num_seqs = max_seqs, .max_num_batched_tokens = budget, .max_model_len = max_len};
 	ck_assert_int_eq(sched_create(e->pool, &so, &e->s, NULL), 0);
 	ck_assert_int_eq(fake_engine_init(&e->fe, n_blocks, bs, VOCAB), 0);
 }
@@ -55,8 +55,9 @@ static const struct sched_step *run(struct env *e)
 	ck_assert_int_eq(sched_schedule(e->s, &st), 0);
 	if (st->n_seqs == 0)
 		return st;
-	ck_assert_msg(fake_engine_copy_blocks(&e->fe, st->copy_src, st->copy_dst, st->n_copies) == 0,
-		      "%s", e->fe.err);
+	ck_assert_msg(fake_engine_copy_blocks(&e->fe, st->copy_src, st->copy_dst, st->n_copies) ==
+	                  0,
+	              "%s", e->fe.err);
 	struct engine_batch b;
 	sched_step_batch(st, &b);
 	ck_assert_msg(fake_engine_forward(&e->fe, &b, e->next, NULL) == 0, "%s", e->fe.err);
@@ -158,7 +159,7 @@ START_TEST(test_fcfs_no_overtaking)
 	env_init(&e, 8, 4, false, 8, 64, 32);
 	int32_t p[32];
 	fill_tokens(p, 32, 3);
-	struct seq *a = add(&e, 1, p, 16, 4);  /* 4 blocks (+1 for decode) */
+	struct seq *a = add(&e, 1, p, 16, 4); /* 4 blocks (+1 for decode) */
 	const struct sched_step *st = run(&e);
 	ck_assert_int_eq(st->n_seqs, 1);
 	feed(&e, st);

@@ -27,10 +27,10 @@
 
 /* Check's ck_assert costs a syscall per call (it records the last passed
  * point), so hot loops test with `if` and fail with ck_abort_msg. */
-#define REQUIRE(cond, ...)                                \
-	do {                                              \
-		if (!(cond))                              \
-			ck_abort_msg(__VA_ARGS__);        \
+#define REQUIRE(cond, ...)                                                                         \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			ck_abort_msg(__VA_ARGS__);                                                 \
 	} while (0)
 
 #define MAXN 3
@@ -97,7 +97,7 @@ struct sim {
 };
 
 static void sim_init(struct sim *m, int n_blocks, int bs, bool cache, const struct sched_opts *so,
-		     const struct sim_engine *eng)
+                     const struct sim_engine *eng)
 {
 	memset(m, 0, sizeof(*m));
 	m->eng = eng;
@@ -149,7 +149,7 @@ static void submit(struct sim *m, struct req *r, uint64_t id)
 	struct diag d = {0};
 	int rc = sched_validate(m->sched, r->n_prompt, r->max_tokens, r->n, &d);
 	bool fits = r->n_prompt + r->max_tokens <= m->so.max_model_len &&
-		    (r->n_prompt + r->max_tokens + m->bs - 1) / m->bs <= m->n_blocks;
+	            (r->n_prompt + r->max_tokens + m->bs - 1) / m->bs <= m->n_blocks;
 	if (!fits) {
 		ck_assert_int_eq(rc, ERR_TOO_LARGE);
 		ck_assert(strlen(d.msg) > 0);
@@ -201,19 +201,19 @@ static void check_invariants(struct sim *m, const struct sched_step *st)
 	}
 	for (int b = 0; b < m->n_blocks; b++)
 		REQUIRE(kv_ref(m->pool, b) == m->held[b], "block %d: ref %d, %d holders", b,
-			kv_ref(m->pool, b), m->held[b]);
+		        kv_ref(m->pool, b), m->held[b]);
 	for (int i = 0; i < sched_n_waiting(m->sched); i++) {
 		struct seq *q = sched_waiting(m->sched, i);
 		REQUIRE(q->status == SEQ_WAITING && q->kv.n_ids == 0,
-			"waiting seq: status %d, %d blocks", q->status, q->kv.n_ids);
+		        "waiting seq: status %d, %d blocks", q->status, q->kv.n_ids);
 	}
 	/* Every scheduled sequence is running and gets tokens it lacks. */
 	for (int i = 0; i < st->n_seqs; i++) {
 		struct seq *q = st->seqs[i];
 		REQUIRE(q->status == SEQ_RUNNING && st->n_new[i] >= 1 &&
-				q->n_computed + st->n_new[i] <= q->n_tokens,
-			"scheduled seq: status %d, computed %d + new %d, tokens %d", q->status,
-			q->n_computed, st->n_new[i], q->n_tokens);
+		            q->n_computed + st->n_new[i] <= q->n_tokens,
+		        "scheduled seq: status %d, computed %d + new %d, tokens %d", q->status,
+		        q->n_computed, st->n_new[i], q->n_tokens);
 	}
 }
 
@@ -268,7 +268,7 @@ static bool sim_step(struct sim *m)
 	if ((uint64_t)st->n_tokens > m->max_rows)
 		m->max_rows = (uint64_t)st->n_tokens;
 	REQUIRE(m->eng->copy(m->eng->ctx, st->copy_src, st->copy_dst, st->n_copies) == 0,
-		"block copy failed");
+	        "block copy failed");
 	struct engine_batch b;
 	sched_step_batch(st, &b);
 	int32_t next[256];
@@ -290,10 +290,10 @@ static void check_outputs(const struct sim *m, const struct req *r)
 		m->eng->alone(m->eng->ctx, r, k, want, &n_want);
 		/* A cancelled choice stopped early: its output is a prefix. */
 		REQUIRE(r->cancelled ? r->n_out[k] <= n_want : r->n_out[k] == n_want,
-			"choice %d: %d tokens, alone %d", k, r->n_out[k], n_want);
+		        "choice %d: %d tokens, alone %d", k, r->n_out[k], n_want);
 		for (int j = 0; j < r->n_out[k]; j++)
-			REQUIRE(r->out[k][j] == want[j], "choice %d token %d: got %d, alone %d", k, j,
-				r->out[k][j], want[j]);
+			REQUIRE(r->out[k][j] == want[j], "choice %d token %d: got %d, alone %d", k,
+			        j, r->out[k][j], want[j]);
 		if (r->why[k] == SEQ_FINISH_LENGTH)
 			ck_assert_int_eq(r->n_out[k], r->max_tokens);
 		if (r->why[k] == SEQ_FINISH_STOP)
@@ -316,8 +316,8 @@ static void run_sim(uint64_t seed, const struct sim_cfg *c, const struct sim_eng
 {
 	const int vocab = eng->vocab;
 	struct sched_opts so = {.max_num_seqs = c->max_seqs,
-				.max_num_batched_tokens = c->budget,
-				.max_model_len = c->max_len};
+	                        .max_num_batched_tokens = c->budget,
+	                        .max_model_len = c->max_len};
 	struct sim m;
 	sim_init(&m, c->n_blocks, c->bs, c->cache, &so, eng);
 	uint64_t rng = seed * 7919 + 1;
@@ -389,19 +389,19 @@ static void run_sim(uint64_t seed, const struct sim_cfg *c, const struct sim_eng
 		ck_assert_uint_eq(ss.prefix_hits, 0);
 	ck_assert_uint_gt(ks.cow_copies, 0);
 	fprintf(stderr,
-		"sim seed %llu cache %d: %d requests (%d refused, %d cancelled), %d steps, "
-		"%llu preemptions, prefix hits %llu/%llu tokens, %llu COW copies, %llu rows\n",
-		(unsigned long long)seed, c->cache, m.n_reqs, n_refused, n_cancelled, step,
-		(unsigned long long)ss.preemptions, (unsigned long long)ss.prefix_hits,
-		(unsigned long long)ss.prefix_queries, (unsigned long long)ks.cow_copies,
-		(unsigned long long)ss.tokens_computed);
+	        "sim seed %llu cache %d: %d requests (%d refused, %d cancelled), %d steps, "
+	        "%llu preemptions, prefix hits %llu/%llu tokens, %llu COW copies, %llu rows\n",
+	        (unsigned long long)seed, c->cache, m.n_reqs, n_refused, n_cancelled, step,
+	        (unsigned long long)ss.preemptions, (unsigned long long)ss.prefix_hits,
+	        (unsigned long long)ss.prefix_queries, (unsigned long long)ks.cow_copies,
+	        (unsigned long long)ss.tokens_computed);
 	sim_deinit(&m);
 }
 
 /* ---- the fake engine ---------------------------------------------------------- */
 
 #define FAKE_VOCAB 50
-#define FAKE_EOS 0
+#define FAKE_EOS   0
 
 static int fake_fwd(void *ctx, const struct engine_batch *b, int32_t *next)
 {
@@ -439,8 +439,12 @@ static void run_fake(uint64_t seed, const struct sim_cfg *c)
 {
 	struct fake_engine fe;
 	ck_assert_int_eq(fake_engine_init(&fe, c->n_blocks, c->bs, FAKE_VOCAB), 0);
-	struct sim_engine eng = {.vocab = FAKE_VOCAB, .eos = FAKE_EOS, .ctx = &fe,
-				 .forward = fake_fwd, .copy = fake_copy, .alone = fake_alone};
+	struct sim_engine eng = {.vocab = FAKE_VOCAB,
+	                         .eos = FAKE_EOS,
+	                         .ctx = &fe,
+	                         .forward = fake_fwd,
+	                         .copy = fake_copy,
+	                         .alone = fake_alone};
 	run_sim(seed, c, &eng);
 	fake_engine_deinit(&fe);
 }
@@ -482,10 +486,10 @@ static int real_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
 static void real_alone(void *ctx, const struct req *r, int k, int32_t *out, int *n)
 {
 	struct real *x = ctx;
-	struct kv_opts ko = {.n_blocks = x->max_len / x->bs, .block_size = x->bs,
-			     .prefix_caching = false};
-	struct sched_opts so = {.max_num_seqs = 1, .max_num_batched_tokens = x->max_len,
-				.max_model_len = x->max_len};
+	struct kv_opts ko = {
+	    .n_blocks = x->max_len / x->bs, .block_size = x->bs, .prefix_caching = false};
+	struct sched_opts so = {
+	    .max_num_seqs = 1, .max_num_batched_tokens = x->max_len, .max_model_len = x->max_len};
 	struct kv_pool *pool;
 	struct sched *s;
 	ck_assert_int_eq(kv_pool_create(&ko, &pool, NULL), 0);
@@ -540,15 +544,23 @@ static void run_real(uint64_t seed, const struct sim_cfg *c)
 	ck_assert_msg(model_load(x.path, &x.m, &d) == 0, "%s", d.msg);
 	x.vocab = x.m->cfg.vocab;
 	int alone_blocks = c->max_len / c->bs;
-	struct engine_opts eo = {.n_threads = 1, .block_size = c->bs,
-				 .n_kv_blocks = c->n_blocks > alone_blocks ? c->n_blocks : alone_blocks,
-				 .kv_dtype = DT_F32, .quantization = DT_F32,
-				 .max_batch_tokens = c->budget > c->max_len ? c->budget : c->max_len,
-				 .max_seqs = c->max_seqs, .max_blocks_per_seq = alone_blocks};
+	struct engine_opts eo = {
+	    .n_threads = 1,
+	    .block_size = c->bs,
+	    .n_kv_blocks = c->n_blocks > alone_blocks ? c->n_blocks : alone_blocks,
+	    .kv_dtype = DT_F32,
+	    .quantization = DT_F32,
+	    .max_batch_tokens = c->budget > c->max_len ? c->budget : c->max_len,
+	    .max_seqs = c->max_seqs,
+	    .max_blocks_per_seq = alone_blocks};
 	ck_assert_msg(engine_create(x.m, &eo, &x.e, &d) == 0, "%s", d.msg);
 	x.logits = malloc((size_t)c->max_seqs * x.vocab * sizeof(float));
-	struct sim_engine eng = {.vocab = x.vocab, .eos = MODEL_GEN_EOS, .ctx = &x,
-				 .forward = real_fwd, .copy = real_copy, .alone = real_alone};
+	struct sim_engine eng = {.vocab = x.vocab,
+	                         .eos = MODEL_GEN_EOS,
+	                         .ctx = &x,
+	                         .forward = real_fwd,
+	                         .copy = real_copy,
+	                         .alone = real_alone};
 	run_sim(seed, c, &eng);
 	free(x.logits);
 	engine_destroy(x.e);
@@ -559,24 +571,39 @@ static void run_real(uint64_t seed, const struct sim_cfg *c)
 
 START_TEST(test_sim_cached)
 {
-	struct sim_cfg c = {.n_reqs = 2000, .n_blocks = 48, .bs = 8, .max_seqs = 16,
-			    .budget = 64, .max_len = 256, .cache = true};
+	struct sim_cfg c = {.n_reqs = 2000,
+	                    .n_blocks = 48,
+	                    .bs = 8,
+	                    .max_seqs = 16,
+	                    .budget = 64,
+	                    .max_len = 256,
+	                    .cache = true};
 	run_fake((uint64_t)_i, &c);
 }
 END_TEST
 
 START_TEST(test_sim_uncached)
 {
-	struct sim_cfg c = {.n_reqs = 1000, .n_blocks = 40, .bs = 4, .max_seqs = 8,
-			    .budget = 48, .max_len = 160, .cache = false};
+	struct sim_cfg c = {.n_reqs = 1000,
+	                    .n_blocks = 40,
+	                    .bs = 4,
+	                    .max_seqs = 8,
+	                    .budget = 48,
+	                    .max_len = 160,
+	                    .cache = false};
 	run_fake(100 + (uint64_t)_i, &c);
 }
 END_TEST
 
 START_TEST(test_sim_block16)
 {
-	struct sim_cfg c = {.n_reqs = 1000, .n_blocks = 40, .bs = 16, .max_seqs = 24,
-			    .budget = 128, .max_len = 320, .cache = true};
+	struct sim_cfg c = {.n_reqs = 1000,
+	                    .n_blocks = 40,
+	                    .bs = 16,
+	                    .max_seqs = 24,
+	                    .budget = 128,
+	                    .max_len = 320,
+	                    .cache = true};
 	run_fake(200 + (uint64_t)_i, &c);
 }
 END_TEST
@@ -584,8 +611,13 @@ END_TEST
 START_TEST(test_sim_few_seats)
 {
 	/* Few seats and many n > 1 requests: seats for forks must be kept. */
-	struct sim_cfg c = {.n_reqs = 600, .n_blocks = 64, .bs = 8, .max_seqs = 4,
-			    .budget = 96, .max_len = 256, .cache = true};
+	struct sim_cfg c = {.n_reqs = 600,
+	                    .n_blocks = 64,
+	                    .bs = 8,
+	                    .max_seqs = 4,
+	                    .budget = 96,
+	                    .max_len = 256,
+	                    .cache = true};
 	run_fake(300 + (uint64_t)_i, &c);
 }
 END_TEST
@@ -594,8 +626,13 @@ START_TEST(test_sim_real_engine)
 {
 	/* The same simulation on the real CPU engine: outputs must equal each
 	 * choice run alone through the engine. */
-	struct sim_cfg c = {.n_reqs = 1000, .n_blocks = 40, .bs = 8, .max_seqs = 8,
-			    .budget = 48, .max_len = 192, .cache = true};
+	struct sim_cfg c = {.n_reqs = 1000,
+	                    .n_blocks = 40,
+	                    .bs = 8,
+	                    .max_seqs = 8,
+	                    .budget = 48,
+	                    .max_len = 192,
+	                    .cache = true};
 	run_real(400 + (uint64_t)_i, &c);
 }
 END_TEST

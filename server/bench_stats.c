@@ -230,6 +230,24 @@ static cJSON *stat_json(const struct bench_stat *st)
 	return o;
 }
 
+/* The flat keys vLLM's `bench serve --save-result` writes ("mean_ttft_ms",
+ * "median_ttft_ms", "p99_ttft_ms", ...; end-to-end is "e2el"), so scripts
+ * written for its files read ours. */
+static void add_flat(cJSON *root, const char *m, const struct bench_stat *st)
+{
+	char k[48];
+	snprintf(k, sizeof k, "mean_%s_ms", m);
+	cJSON_AddNumberToObject(root, k, st->mean);
+	snprintf(k, sizeof k, "median_%s_ms", m);
+	cJSON_AddNumberToObject(root, k, st->p50);
+	snprintf(k, sizeof k, "std_%s_ms", m);
+	cJSON_AddNumberToObject(root, k, st->std);
+	snprintf(k, sizeof k, "p90_%s_ms", m);
+	cJSON_AddNumberToObject(root, k, st->p90);
+	snprintf(k, sizeof k, "p99_%s_ms", m);
+	cJSON_AddNumberToObject(root, k, st->p99);
+}
+
 static cJSON *config_json(const struct bench_config *c)
 {
 	static const char *const ds[] = {"fixed", "sharegpt", "jsonl"};
@@ -320,6 +338,10 @@ int bench_write_json(const char *path, const struct bench_config *c, const struc
 	cJSON_AddItemToObject(root, "tpot_ms", stat_json(&s->tpot_ms));
 	cJSON_AddItemToObject(root, "itl_ms", stat_json(&s->itl_ms));
 	cJSON_AddItemToObject(root, "e2e_ms", stat_json(&s->e2e_ms));
+	add_flat(root, "ttft", &s->ttft_ms);
+	add_flat(root, "tpot", &s->tpot_ms);
+	add_flat(root, "itl", &s->itl_ms);
+	add_flat(root, "e2el", &s->e2e_ms);
 	cJSON_AddItemToObject(root, "requests", requests_json(r, n));
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);

@@ -158,6 +158,8 @@ START_TEST(test_summary)
 	unlink(path);
 	ck_assert_ptr_nonnull(strstr(text, "\"completed\":\t4"));
 	ck_assert_ptr_nonnull(strstr(text, "\"http_500\":\t1"));
+	ck_assert_ptr_nonnull(strstr(text, "\"median_ttft_ms\":\t110")); /* vLLM's flat keys */
+	ck_assert_ptr_nonnull(strstr(text, "\"p99_e2el_ms\":"));
 	FILE *mem = fmemopen(text, sizeof text, "w");
 	bench_print_summary(mem, &c, &s);
 	fclose(mem);

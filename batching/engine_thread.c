@@ -443,15 +443,18 @@ static int fork_choices(struct batcher *b, struct bat_choice *c0)
 	if (!k)
 		return ERR_NOMEM;
 	int rc = sched_fork(b->sched, c0->seq, k);
+	/* Every child gets its choice first, so that on a failure below the
+	 * request's clean-up finds (and finishes) all of them. */
 	for (int i = 0; rc == 0 && i < nk; i++) {
 		struct bat_choice *c = &r->choices[i + 1];
 		c->seq = k[i];
 		c->seq->id = b->next_seq_id++;
 		c->seq->index = i + 1;
 		c->seq->owner = c;
-		if (choice_ready(b, c) != 0)
-			rc = ERR_NOMEM;
 	}
+	for (int i = 0; rc == 0 && i < nk; i++)
+		if (choice_ready(b, &r->choices[i + 1]) != 0)
+			rc = ERR_NOMEM;
 	free(k);
 	return rc;
 }

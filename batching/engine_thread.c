@@ -21,6 +21,7 @@
 #include "common/buf.h"
 #include "common/checked.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "engine/generation.h"
 #include "engine/tokenizer.h"
 
@@ -515,6 +516,8 @@ static void run_step(struct batcher *b)
 		rc = b->m.forward(b->m.ctx, &eb, b->logits);
 	}
 	if (rc) {
+		log_error("batch", "engine step failed (%s): failing %d sequences' requests",
+		          err_str(rc), st->n_seqs);
 		sched_cancel_step(b->sched);
 		fail_step(st, rc);
 		sweep_failed(b);

@@ -128,6 +128,65 @@ static void bench_step_time(int steps, int max_len)
 	kv_pool_destroy(pool);
 }
 
+/* Like bench_step_time, but sequences finish (max_tokens 16..256) and new
+ * ones keep the waiting queue at 1,000, so steps mix decodes, prefill chunks
+ * (2,048-token budget), admissions with prefix lookups, and frees. Creating
+ * the new requests is not timed. */
+static void bench_churn(int steps)
+{
+	enum { RUNNING = 256, WAITING = 1000, BS = 16, MAX_LEN = 4096 };
+	struct kv_opts ko = {.n_blocks = RUNNING * (1024 + 256) / BS + 1024,
+	                     .block_size = BS,
+	                     .prefix_caching = true};
+	struct kv_pool *pool;
+	struct sched *s;
+	CHECK(kv_pool_create(&ko, &pool, NULL));
+	struct sched_opts so = {
+	    .max_num_seqs = RUNNING, .max_num_batched_tokens = 2048, .max_model_len = MAX_LEN};
+	CHECK(sched_create(pool, &so, &s, NULL));
+	uint64_t rng = 3, id = 1;
+	int32_t sys[512];
+	for (int j = 0; j < 512; j++)
+		sys[j] = (int32_t)(rng_next(&rng) % 32000);
+	int32_t *prompt = malloc((size_t)MAX_LEN * sizeof(int32_t));
+	uint64_t *dts = malloc((size_t)steps * sizeof(uint64_t));
+	uint64_t rows = 0;
+	for (int k = -steps; k < steps; k++) { /* the first half warms up */
+		while (sched_n_waiting(s) < WAITING || sched_n_running(s) < RUNNING / 2) {
+			int sl = rng_int(&rng, 0, 1) ? 512 : 0;
+			int n = sl + rng_int(&rng, 16, 512);
+			memcpy(prompt, sys, (size_t)sl * sizeof(int32_t));
+			for (int j = sl; j < n; j++)
+				prompt[j] = (int32_t)(rng_next(&rng) % 32000);
+			struct seq *q;
+			CHECK(seq_create(pool, id++, prompt, n, rng_int(&rng, 16, 256), &q));
+			CHECK(sched_add(s, q));
+			if (sched_n_waiting(s) >= WAITING)
+				break;
+		}
+		uint64_t a = clock_now_ns();
+		const struct sched_step *st;
+		CHECK(sched_schedule(s, &st));
+		sched_commit(s);
+		postprocess(s, st, &rng);
+		if (k >= 0) {
+			dts[k] = clock_now_ns() - a;
+			rows += (uint64_t)st->n_tokens;
+		}
+	}
+	qsort(dts, (size_t)steps, sizeof(*dts), cmp_u64);
+	struct sched_stats ss;
+	sched_get_stats(s, &ss);
+	printf("sched_step_us churn running<=%d waiting=%d steps=%d rows/step=%.0f p50=%.1f "
+	       "p99=%.1f preemptions=%llu (goal < 100)\n",
+	       RUNNING, WAITING, steps, (double)rows / steps, (double)dts[steps / 2] / 1e3,
+	       (double)dts[steps * 99 / 100] / 1e3, (unsigned long long)ss.preemptions);
+	free(dts);
+	free(prompt);
+	sched_destroy(s);
+	kv_pool_destroy(pool);
+}
+
 /* Used slots of the held blocks / allocated, over the running sequences. */
 static void kv_waste_sample(struct sched *s, int bs, int n_blocks, int *fill, uint64_t *alloc,
                             uint64_t *used)
@@ -213,6 +272,7 @@ int main(int argc, char **argv)
 		steps = 2000; /* prompts up to 1024 + steps + 64 must fit max_model_len 4096 */
 	bench_step_time(steps, 4096);
 	bench_step_time(steps, 32768);
+	bench_churn(steps);
 	bench_kv_waste(steps / 2 > 100 ? steps / 2 : 100);
 	return 0;
 }

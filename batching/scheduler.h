@@ -30,10 +30,16 @@
  *   that could not fit the pool alone are refused by sched_validate.
  *   n > 1: one sequence computes the prompt; when its last prompt token is
  *   computed the caller forks it (sched_fork) into n sequences sharing the
- *   prompt's blocks; the shared partial block is copied on write.
+ *   prompt's blocks; the shared partial block is copied on write. Seats for
+ *   the forks are kept from admission on, so max_num_seqs always holds.
+ *   Blocks are allocated per step for the tokens scheduled (not for the
+ *   whole prompt at admission), so a long prompt's chunks never sit on
+ *   unwritten blocks; a full block is registered in the prefix cache once
+ *   its KV is computed (sched_commit).
  *
  * Lifecycle of a step (engine thread):
  *   sched_schedule -> [engine_copy_blocks, engine_forward] -> sched_commit
+ *   (or sched_cancel_step when the engine failed)
  *   -> per logits row: sched_fork (once, n > 1), sample, sched_append_token,
  *      sched_finish when done. sched_finish / sched_add also between steps.
  * Pointers in a step are valid until the next sched_schedule.

@@ -378,33 +378,6 @@ const struct st_tensor *st_set_find(const struct st_set *s, const char *name)
 	return i < 0 ? NULL : s->t[i];
 }
 
-static int read_small_file(const char *path, size_t max, char **out, size_t *len, struct diag *d)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return diag_set(d, ERR_NOTFOUND, "%s: cannot open", path);
-	struct buf b;
-	buf_init(&b);
-	char chunk[65536];
-	size_t n;
-	int rc = 0;
-	while (!rc && (n = fread(chunk, 1, sizeof chunk, fp)) > 0) {
-		if (b.len + n > max)
-			rc = diag_set(d, ERR_TOO_LARGE, "%s: larger than %zu bytes", path, max);
-		else if (buf_append(&b, chunk, n))
-			rc = diag_set(d, ERR_NOMEM, "out of memory");
-	}
-	if (!rc && ferror(fp))
-		rc = diag_set(d, ERR_IO, "%s: read failed", path);
-	fclose(fp);
-	if (rc) {
-		buf_deinit(&b);
-		return rc;
-	}
-	*out = buf_take(&b, len);
-	return *out ? 0 : diag_set(d, ERR_NOMEM, "out of memory");
-}
-
 static bool plain_shard_name(const char *s)
 {
 	size_t n = strlen(s);
@@ -432,7 +405,7 @@ static int open_index(struct st_set *s, const char *dir, const char *index_path,
 {
 	char *text;
 	size_t len;
-	int rc = read_small_file(index_path, 64u << 20, &text, &len, d);
+	int rc = model_read_file(index_path, 64u << 20, &text, &len, d);
 	if (rc)
 		return rc;
 	cJSON *root = cJSON_ParseWithLength(text, len);
@@ -500,6 +473,8 @@ static int open_single(struct st_set *s, const char *dir, struct diag *d)
 
 int st_set_open(const char *dir, struct st_set **out, struct diag *d)
 {
+	if (strlen(dir) > 3000)
+		return diag_set(d, ERR_INVAL, "model directory path is too long");
 	struct st_set *s = calloc(1, sizeof *s);
 	if (!s)
 		return diag_set(d, ERR_NOMEM, "out of memory");

@@ -53,11 +53,22 @@ uint64_t tok_hash(const void *p, size_t n);
 int tok_u64map_init(struct tok_u64map *m, size_t expect);
 void tok_u64map_deinit(struct tok_u64map *m);
 int tok_u64map_put(struct tok_u64map *m, uint64_t key, uint64_t val); /* keeps the first value */
+/* Every key bit must reach the slot bits: merge keys are (left << 32 | right). */
+static inline size_t tok_u64_slot(uint64_t key, size_t mask)
+{
+	key ^= key >> 33;
+	key *= 0xFF51AFD7ED558CCDull;
+	key ^= key >> 33;
+	key *= 0xC4CEB9FE1A85EC53ull;
+	key ^= key >> 33;
+	return (size_t)key & mask;
+}
+
 static inline bool tok_u64map_get(const struct tok_u64map *m, uint64_t key, uint64_t *val)
 {
 	if (!m->ent)
 		return false;
-	size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 17) & m->mask;
+	size_t i = tok_u64_slot(key, m->mask);
 	for (;;) {
 		uint64_t k = m->ent[i].key;
 		if (k == key) {

@@ -93,7 +93,7 @@ int tok_u64map_put(struct tok_u64map *m, uint64_t key, uint64_t val)
 		if (rc)
 			return rc;
 	}
-	size_t i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 17) & m->mask;
+	size_t i = tok_u64_slot(key, m->mask);
 	while (m->ent[i].key != UINT64_MAX) {
 		if (m->ent[i].key == key)
 			return 0;

@@ -17,6 +17,11 @@ needed=$(LC_ALL=C readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p')
 resolved=$(LC_ALL=C ldd "$bin")
 
 for so in $needed; do
+	case "$so" in
+	# the CUDA runtime base image has these (a toolkit installed outside dpkg,
+	# as on some build hosts, owns no package for them either)
+	libcuda.so* | libcudart.so* | libcublas.so* | libcublasLt.so*) continue ;;
+	esac
 	path=$(printf '%s\n' "$resolved" | awk -v so="$so" '$1 == so && $2 == "=>" { print $3; exit }')
 	case "$path" in
 	"" | "not")

@@ -198,6 +198,21 @@ if (hasDpkg) {
 	for (const want of [/^libmicrohttpd12/, /^libuv1/, /^libcjson1$/, /^libpcre2-8-0$/, /^libutf8proc\d/])
 		c.ok(pk.some((p) => want.test(p)), `runtime-packages.sh lists ${want} (got ${pk.join(" ")})`);
 	c.ok(!pk.includes("libc6") && !pk.some((p) => /-dev$/.test(p)), "runtime-packages.sh leaves out libc6 and -dev packages");
+	// a binary that links cudart/cuBLAS (as the CUDA build does once it calls
+	// them): those come from the nvidia/cuda runtime base, not from apt
+	const cudaLib = "/usr/local/cuda/lib64";
+	if (fs.existsSync(path.join(cudaLib, "libcublas.so"))) {
+		const t = fs.mkdtempSync(path.join(os.tmpdir(), "aorta-cudalink-"));
+		fs.writeFileSync(path.join(t, "x.c"), "int cudaRuntimeGetVersion(int *); int cublasCreate_v2(void **);\nint main(void) { int v; void *h; return cudaRuntimeGetVersion(&v) + cublasCreate_v2(&h); }\n");
+		try {
+			execFileSync("cc", [path.join(t, "x.c"), "-o", path.join(t, "x"), "-Wl,--no-as-needed", `-L${cudaLib}`, "-lcudart", "-lcublas", "-lcublasLt", `-Wl,-rpath,${cudaLib}`, "-lcjson"], { stdio: "ignore" });
+			const out = execFileSync("sh", [path.join(ROOT, "deploy/docker/runtime-packages.sh"), path.join(t, "x")], { encoding: "utf8" }).split("\n").filter(Boolean);
+			c.eq(out, ["libcjson1"], "runtime-packages.sh leaves the CUDA libraries to the base image");
+		} catch (e) {
+			c.ok(false, `runtime-packages.sh on a CUDA-linked binary: ${e.message}`);
+		}
+		fs.rmSync(t, { recursive: true, force: true });
+	} else console.log("note: no CUDA toolkit here; CUDA-linked case of runtime-packages.sh not exercised");
 	let failed = false;
 	try {
 		execFileSync("sh", [path.join(ROOT, "deploy/docker/runtime-packages.sh"), "/nonexistent"], { stdio: "ignore" });

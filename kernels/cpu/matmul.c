@@ -105,6 +105,19 @@ static int check_args(const struct kmat *w, const float *x, int m, const float *
 	return 0;
 }
 
+/* Ask for W[r0 .. r0+nrows-1][k0 .. k0+kn-1] to be brought into cache. */
+static void prefetch_w(const struct kmat *w, int64_t r0, int nrows, int64_t k0, int64_t kn)
+{
+	const size_t esize = dtype_block_bytes(w->dtype);
+	nrows = r0 + nrows <= w->rows ? nrows : (int)(w->rows - r0);
+	kn = k0 + kn <= w->cols ? kn : w->cols - k0;
+	for (int i = 0; i < nrows; i++) {
+		const char *p = (const char *)w->data + ((r0 + i) * w->cols + k0) * (int64_t)esize;
+		for (size_t off = 0; off < (size_t)kn * esize; off += 64)
+			__builtin_prefetch(p + off);
+	}
+}
+
 /* ---- float GEMV ------------------------------------------------------------ */
 
 struct mm_call {
@@ -144,18 +157,6 @@ static void gemv_small_m(const struct mm_call *c, int64_t r0, int nrows, float *
 			wp = buf;
 		}
 		c->k->dot_f32(nw, c->m, wp, cols, c->x, cols, cols, c->y + r0 + t0, w->rows);
-	}
-}
-
-/* Ask for W[r0 .. r0+nrows-1][k0 .. k0+kn-1] to be brought into cache. */
-static void prefetch_w(const struct kmat *w, int64_t r0, int nrows, int64_t k0, int64_t kn)
-{
-	const size_t esize = dtype_block_bytes(w->dtype);
-	nrows = r0 + nrows <= w->rows ? nrows : (int)(w->rows - r0);
-	for (int i = 0; i < nrows; i++) {
-		const char *p = (const char *)w->data + ((r0 + i) * w->cols + k0) * (int64_t)esize;
-		for (size_t off = 0; off < (size_t)kn * esize; off += 64)
-			__builtin_prefetch(p + off);
 	}
 }
 
@@ -223,18 +224,13 @@ static void pack_panel(const struct mm_call *c, int64_t r0, int nv, int64_t k0, 
 		       float *panel, float *tmp)
 {
 	const int nr = c->k->nr;
-	const size_t esize = dtype_block_bytes(c->w->dtype);
 	for (int col = 0; col < nr; col++) {
 		if (col < nv) {
 			/* The next panel reads the next kc values of each of these
 			 * rows: 32 short streams the hardware prefetcher does not
 			 * follow well, so ask for them while this one is packed. */
-			if (k0 + kc < c->w->cols) {
-				const char *next = (const char *)c->w->data +
-						   ((r0 + col) * c->w->cols + k0 + kc) * (int64_t)esize;
-				for (size_t off = 0; off < (size_t)kc * esize; off += 64)
-					__builtin_prefetch(next + off);
-			}
+			if (k0 + kc < c->w->cols)
+				prefetch_w(c->w, r0 + col, 1, k0 + kc, kc);
 			c->k->cvt(c->w, r0 + col, k0, kc, tmp);
 			for (int64_t k = 0; k < kc; k++)
 				panel[k * nr + col] = tmp[k];

@@ -18,6 +18,13 @@
 /* How far ahead (bytes) the GEMV tiles prefetch each weight row. */
 #define MM_PREFETCH 1024
 
+/* The address MM_PREFETCH bytes after p, formed as an integer: near the end
+ * of the weights it points past them, which a prefetch may but C may not. */
+static inline const char *ahead(const void *p)
+{
+	return (const char *)(uintptr_t)((uintptr_t)p + MM_PREFETCH);
+}
+
 /* 1 << n lanes set, n <= 16. */
 static inline __mmask16 low_mask16(int64_t n)
 {
@@ -215,7 +222,7 @@ INLINE512 void dot_w_tile(const int NW, const int NX, const enum dtype T, const 
 #pragma GCC unroll 4
 		for (int i = 0; i < NW; i++) {
 			if (((size_t)k * esize) % 64 == 0) /* once per cache line */
-				_mm_prefetch((const char *)rowp[i] + esize * (size_t)k + MM_PREFETCH,
+				_mm_prefetch(ahead((const char *)rowp[i] + esize * (size_t)k),
 					     _MM_HINT_T0);
 			wv[i] = load_w16(T, rowp[i], k, mk);
 		}
@@ -336,7 +343,7 @@ INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *
 			/* decode streams weights from memory once: ask for them
 			 * early (rows are only ~2 KB, too short for the hardware
 			 * prefetcher to ramp up on each) */
-			_mm_prefetch((const char *)p + MM_PREFETCH, _MM_HINT_T0);
+			_mm_prefetch(ahead(p), _MM_HINT_T0);
 			wv[i] = load_q8_pair(p, two);
 			corr[i] = _mm512_dpbusd_epi32(zero, c80, wv[i]);
 			__m256 d0 = _mm256_set1_ps(_cvtsh_ss(p[0].d));

@@ -7,6 +7,8 @@
 // include/template, $ and $var := ..., parenthesized pipelines, and the
 // functions in FUNCS below. Values: values.yaml deep-merged with -f files in
 // order (maps merge, anything else replaces, null deletes), like helm.
+// Stricter than helm on purpose: printing a missing value is an error (helm
+// prints nothing), so a typo'd .Values path fails the tests.
 // Used by test_chart.mjs and gen_manifests.mjs; CLI:
 //   node tests/deploy/helm_render.mjs deploy/helm/aorta [-f values.yaml] [--name aorta]
 import fs from "node:fs";
@@ -236,7 +238,7 @@ function fmt(v) {
 
 function toYaml(v) {
 	if (v === null || v === undefined) return "null";
-	return YAML.stringify(v, { sortMapEntries: true, lineWidth: 0 }).replace(/\n$/, "");
+	return YAML.stringify(v, { sortMapEntries: true, lineWidth: 0, indentSeq: false }).replace(/\n$/, "");
 }
 
 function goPrintf(f, args) {
@@ -423,6 +425,15 @@ export function renderChart(chartDir, { name = "aorta", namespace = "default", v
 		if (text.trim()) out.push({ source: `${chart.name}/templates/${f}`, text: text.replace(/^\n+/, "").replace(/\s*$/, "\n") });
 	}
 	return out;
+}
+
+// One template string against a context ({ Values, Chart, Release, ... });
+// extra: other template sources whose defines it may include.
+export function renderTemplate(src, ctx, extra = []) {
+	const defines = {};
+	for (const e of extra) parseTemplate(e, "extra", defines);
+	const nodes = parseTemplate(src, "template", defines);
+	return new Renderer(defines).nodes(nodes, ctx, { $: ctx });
 }
 
 // helm template's output format: "---\n# Source: ...\n<text>" per file.

@@ -137,6 +137,10 @@ async function checkSet(label, objs, opts) {
 	const gpuReq = (ctr.resources.limits || {})["nvidia.com/gpu"];
 	if (opts.variant === "cuda") c.ok(Number(gpuReq) >= 1, `${label}: requests nvidia.com/gpu`);
 	else c.ok(gpuReq === undefined && ctr.resources.requests && ctr.resources.requests.cpu, `${label}: CPU requests, no GPU`);
+	if (opts.variant === "cpu") {
+		const req = String(ctr.resources.requests.cpu);
+		c.ok(/^\d+$/.test(req) && arg("--threads") === req, `${label}: --threads (${arg("--threads")}) = the CPU request (${req}), not the node's core count`);
+	}
 	c.ok(ctr.image.endsWith(`-${opts.variant}`), `${label}: image tag is the ${opts.variant} variant (${ctr.image})`);
 
 	// Service

@@ -807,7 +807,7 @@ static int encode_text(struct enc *e, const char *s, size_t n, unsigned flags)
 	int rc;
 	while (i < n) {
 		size_t end = i;
-		int a = t->n_added ? match_added(t, s, n, i, &end) : -1;
+		int a = t->added_first[(unsigned char)s[i]] ? match_added(t, s, n, i, &end) : -1;
 		if (a < 0) {
 			i++;
 			continue;

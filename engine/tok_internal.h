@@ -150,6 +150,7 @@ struct tokenizer {
 	int n_added;
 	struct tok_u64map trie;	 /* (node << 8 | byte) -> child node */
 	int32_t *trie_term;	 /* [n_nodes] index into added[], -1 */
+	bool added_first[256];	 /* bytes an added token can start with */
 	uint32_t n_nodes;
 
 	/* model */

@@ -471,6 +471,7 @@ static int trie_build(struct tokenizer *t)
 		uint32_t node = 0;
 		if (t->added[i].text.len == 0)
 			continue;
+		t->added_first[s[0]] = true;
 		for (uint32_t k = 0; k < t->added[i].text.len; k++) {
 			uint64_t key = (uint64_t)node << 8 | s[k], child;
 			if (tok_u64map_get(&t->trie, key, &child)) {

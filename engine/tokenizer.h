@@ -17,6 +17,20 @@
  * Input text is bytes. Invalid UTF-8 is defined to encode exactly as its
  * lossy repair (each maximal invalid subsequence replaced by U+FFFD, as Rust's
  * String::from_utf8_lossy does); decode output is always valid UTF-8.
+ *
+ * Semantics follow the Rust `tokenizers` library (tested against it and the
+ * transformers.js reference vectors): added tokens are split out of the raw
+ * text before normalization (leftmost-longest; lstrip/rstrip/single_word);
+ * TOK_PARSE_SPECIAL off skips only special added tokens (non-special ones such
+ * as Qwen's <think> still match, as HF's split_special_tokens does); decode
+ * applies clean_up_tokenization_spaces when tokenizer_config.json asks.
+ * GGUF: "gpt2" pre names llama-bpe/llama3, qwen2, gpt-2/default map to their
+ * regexes (qwen2 also gets the NFC of Qwen's tokenizer.json, llama-bpe the
+ * ignore_merges and clean-up of Llama 3's); "llama" uses SentencePiece scores
+ * with the HF pipeline (space prefix on every segment between added tokens).
+ * Not supported: WordPiece/Unigram/WordLevel models, added tokens with
+ * normalized=true are matched on the raw text (HF matches them after
+ * normalization), BPE dropout, continuing_subword_prefix/end_of_word_suffix.
  */
 #ifndef AORTA_ENGINE_TOKENIZER_H
 #define AORTA_ENGINE_TOKENIZER_H

@@ -263,7 +263,7 @@ static void session_complete(struct srv_session *x)
 	s->m.requests_ok++;
 	s->m.prompt_tokens += (uint64_t)x->prompt_tokens;
 	s->m.generation_tokens += (uint64_t)x->completion_tokens;
-	srv_hist_observe(&s->m.e2e, clock_now_s() - x->t0);
+	histogram_observe(&s->m.e2e, clock_now_s() - x->t0);
 	if (!x->r)
 		return;
 	struct api_usage u = { x->prompt_tokens, x->completion_tokens };
@@ -326,10 +326,10 @@ static void on_token(struct srv_session *x, struct sess_choice *c, int choice,
 	if (!x->first_token_seen) {
 		x->first_token_seen = true;
 		x->ttft = now - x->t0;
-		srv_hist_observe(&s->m.ttft, x->ttft);
+		histogram_observe(&s->m.ttft, x->ttft);
 	}
 	if (c->t_last_token > 0)
-		srv_hist_observe(&s->m.itl, now - c->t_last_token);
+		histogram_observe(&s->m.itl, now - c->t_last_token);
 	c->t_last_token = now;
 	size_t lp_from = c->n_lps;
 	if (ev->has_logprobs && x->logprobs >= 0) {
@@ -393,7 +393,7 @@ static void on_event(struct srv *s, struct bat_event *ev)
 			x->prompt_tokens += ev->prompt_tokens;
 			x->completion_tokens += ev->completion_tokens;
 			if (ev->t_first_scheduled_ns >= ev->t_arrival_ns && ev->t_arrival_ns)
-				srv_hist_observe(&s->m.queue,
+				histogram_observe(&s->m.queue,
 						 (double)(ev->t_first_scheduled_ns - ev->t_arrival_ns) *
 							 1e-9);
 		} else if (!x->failed) {

@@ -82,24 +82,6 @@ void srv_respond_error(struct srv *s, struct http_req *r, const struct api_error
 	buf_deinit(&b);
 }
 
-void srv_hist_observe(struct srv_hist *h, double v)
-{
-	if (!(v >= 0))
-		v = 0;
-	size_t i = 0;
-	while (i < h->n_bounds && v > h->bounds[i])
-		i++;
-	h->counts[i]++;
-	h->sum += v;
-}
-
-static void hist_init(struct srv_hist *h, const double *bounds, size_t n)
-{
-	memset(h, 0, sizeof *h);
-	h->bounds = bounds;
-	h->n_bounds = n < 63 ? n : 63;
-}
-
 /* ---- small endpoints ---------------------------------------------------------- */
 
 static bool engine_stuck(const struct srv *s)
@@ -136,9 +118,14 @@ static void handle_models(struct srv *s, struct http_req *r)
 }
 
 static void metrics_hist(struct buf *b, const char *name, const char *help, const char *labels,
-			 const struct srv_hist *h)
+			 struct histogram *h)
 {
-	api_metrics_histogram(b, name, help, labels, h->bounds, h->counts, h->n_bounds, h->sum);
+	uint64_t counts[128], count;
+	double sum;
+	if (h->n_bounds + 1 > sizeof counts / sizeof counts[0])
+		return;
+	histogram_snapshot(h, counts, &count, &sum);
+	api_metrics_histogram(b, name, help, labels, h->bounds, counts, h->n_bounds, sum);
 }
 
 static void handle_metrics(struct srv *s, struct http_req *r)
@@ -663,33 +650,58 @@ static void on_async(uv_async_t *a)
 
 /* ---- run --------------------------------------------------------------------------- */
 
-int srv_run(const struct srv_config *cfg)
+static void srv_free(struct srv *s)
+{
+	bat_destroy(s->bat);
+	engine_destroy(s->engine);
+	tok_destroy(s->tok);
+	model_destroy(s->model);
+	histogram_deinit(&s->m.ttft);
+	histogram_deinit(&s->m.itl);
+	histogram_deinit(&s->m.e2e);
+	histogram_deinit(&s->m.queue);
+	free(s->template_text);
+	free(s);
+}
+
+static struct srv *srv_new(const struct srv_config *cfg)
 {
 	struct srv *s = calloc(1, sizeof *s);
 	if (!s)
-		return 1;
+		return NULL;
 	s->cfg = *cfg;
 	s->created = clock_unix_s();
 	s->next_bat_id = 1;
 	api_limits_default(&s->limits);
-	size_t nb;
-	const double *b = api_metrics_buckets_ttft(&nb);
-	hist_init(&s->m.ttft, b, nb);
-	b = api_metrics_buckets_itl(&nb);
-	hist_init(&s->m.itl, b, nb);
-	b = api_metrics_buckets_request(&nb);
-	hist_init(&s->m.e2e, b, nb);
-	hist_init(&s->m.queue, b, nb);
-
-	if (cfg->chat_template && read_file(cfg->chat_template, &s->template_text)) {
-		fprintf(stderr, "aorta serve: cannot read --chat-template %s\n", cfg->chat_template);
-		free(s);
-		return 1;
-	}
 	/* vLLM's default: the --model argument as given */
 	const char *name = cfg->served_model_name ? cfg->served_model_name : cfg->model;
 	snprintf(s->model_name, sizeof s->model_name, "%s", name);
+	size_t nb;
+	const double *b = api_metrics_buckets_ttft(&nb);
+	int rc = histogram_init(&s->m.ttft, b, nb);
+	b = api_metrics_buckets_itl(&nb);
+	rc |= histogram_init(&s->m.itl, b, nb);
+	b = api_metrics_buckets_request(&nb);
+	rc |= histogram_init(&s->m.e2e, b, nb);
+	rc |= histogram_init(&s->m.queue, b, nb);
+	if (rc) {
+		fprintf(stderr, "aorta serve: out of memory\n");
+		srv_free(s);
+		return NULL;
+	}
+	if (cfg->chat_template && read_file(cfg->chat_template, &s->template_text)) {
+		fprintf(stderr, "aorta serve: cannot read --chat-template %s\n", cfg->chat_template);
+		srv_free(s);
+		return NULL;
+	}
+	return s;
+}
 
+int srv_run(const struct srv_config *cfg)
+{
+	struct srv *s = srv_new(cfg);
+	if (!s)
+		return 1;
 	uv_loop_t loop;
 	uv_loop_init(&loop);
 	s->loop = &loop;
@@ -709,20 +721,21 @@ int srv_run(const struct srv_config *cfg)
 	};
 	struct http_handler hh = { .ud = s, .on_request = on_request, .on_close = on_close };
 	char err[256];
-	if (http_server_create(&loop, &ho, &hh, &s->http, err, sizeof err)) {
+	int rc = http_server_create(&loop, &ho, &hh, &s->http, err, sizeof err);
+	buf_deinit(&too_large);
+	if (rc) {
 		fprintf(stderr, "aorta serve: %s\n", err);
-		buf_deinit(&too_large);
 		uv_loop_close(&loop);
-		free(s->template_text);
-		free(s);
+		srv_free(s);
 		return 1;
 	}
-	buf_deinit(&too_large);
 	log_info("serve", "listening on %s:%d; loading %s", cfg->host, http_server_port(s->http),
 		 cfg->model);
 	/* tests and scripts read the bound port from this line when --port 0 */
-	if (cfg->port == 0)
-		fprintf(stdout, "aorta: listening on port %d\n", http_server_port(s->http)), fflush(stdout);
+	if (cfg->port == 0) {
+		fprintf(stdout, "aorta: listening on port %d\n", http_server_port(s->http));
+		fflush(stdout);
+	}
 
 	uv_async_init(&loop, &s->wake, on_async);
 	s->wake.data = s;
@@ -748,16 +761,11 @@ int srv_run(const struct srv_config *cfg)
 			close_all(s);
 		uv_run(&loop, UV_RUN_DEFAULT);
 	}
-	int rc = uv_loop_close(&loop);
+	rc = uv_loop_close(&loop);
 	if (rc)
 		log_warn("serve", "event loop closed with handles open: %s", uv_strerror(rc));
-	bat_destroy(s->bat);
-	engine_destroy(s->engine);
-	tok_destroy(s->tok);
-	model_destroy(s->model);
 	int code = s->exit_code;
+	srv_free(s);
 	log_info("serve", "stopped (exit %d)", code);
-	free(s->template_text);
-	free(s);
 	return code;
 }

@@ -23,6 +23,7 @@
 #include "api/api.h"
 #include "api/chat_template.h"
 #include "common/buf.h"
+#include "common/histogram.h"
 #include "config.h"
 #include "http.h"
 
@@ -32,18 +33,10 @@ struct engine;
 struct batcher;
 struct srv_session;
 
-/* A latency histogram with fixed bounds; loop thread only. */
-struct srv_hist {
-	const double *bounds;
-	size_t n_bounds;
-	uint64_t counts[64]; /* n_bounds + 1 buckets */
-	double sum;
-};
-
 struct srv_metrics {
 	uint64_t prompt_tokens, generation_tokens;
 	uint64_t requests_ok, requests_error;
-	struct srv_hist ttft, itl, e2e, queue;
+	struct histogram ttft, itl, e2e, queue;
 };
 
 struct srv {
@@ -91,7 +84,6 @@ int srv_run(const struct srv_config *cfg);
 void srv_respond_error(struct srv *s, struct http_req *r, const struct api_error *e);
 /* Answer with a JSON body. */
 void srv_respond_json(struct srv *s, struct http_req *r, int status, const struct buf *body);
-void srv_hist_observe(struct srv_hist *h, double v);
 
 /* server/gen.c: POST /v1/completions and /v1/chat/completions. */
 void gen_handle_completion(struct srv *s, struct http_req *r);

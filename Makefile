@@ -1,7 +1,8 @@
 # aorta — thin orchestration over meson/ninja. The two commands a new user needs:
 #   make run   install deps, build (release), create the demo model, serve it on 127.0.0.1:8080
 #   make test  install deps, build (debug, CUDA sources too where nvcc exists), run every suite
-# plus: make asan (unit and e2e suites under AddressSanitizer + UBSan), make fuzz SECONDS=N, make clean.
+# plus: make asan (unit and e2e suites under AddressSanitizer + UBSan), make fuzz SECONDS=N,
+# make soak MINUTES=N, make clean.
 
 SHELL := /bin/bash
 export PATH := /usr/local/cuda/bin:$(PATH)
@@ -12,7 +13,7 @@ DEMO_MODEL ?= models/demo.gguf
 SECONDS ?= 60
 MESON_SETUP = meson setup --reconfigure
 
-.PHONY: all deps build run test test-build asan fuzz clean
+.PHONY: all deps build run test test-build asan fuzz soak clean
 
 all: build
 
@@ -55,6 +56,11 @@ asan: deps build-asan/build.ninja
 
 fuzz: deps
 	tools/fuzz.sh $(SECONDS)
+
+# 64 streaming clients, 10% hanging up mid-stream, for MINUTES minutes
+MINUTES ?= 30
+soak: test-build
+	/usr/bin/python3 tests/soak/soak.py $(MINUTES) build-debug
 
 clean:
 	rm -rf build-release build-debug build-asan build-fuzz

@@ -15,14 +15,12 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
 
-/* How far ahead (bytes) the GEMV tiles prefetch each weight row. */
-#define MM_PREFETCH 1024
-
-/* The address MM_PREFETCH bytes after p, formed as an integer: near the end
- * of the weights it points past them, which a prefetch may but C may not. */
-static inline const char *ahead(const void *p)
+/* The address of p + off bytes, formed as an integer: the GEMV tiles
+ * prefetch the next tile's rows, which past the last row point beyond the
+ * weights; a prefetch may do that, C pointer arithmetic may not. */
+static inline const char *addr_plus(const void *p, size_t off)
 {
-	return (const char *)(uintptr_t)((uintptr_t)p + MM_PREFETCH);
+	return (const char *)(uintptr_t)((uintptr_t)p + off);
 }
 
 /* 1 << n lanes set, n <= 16. */
@@ -222,7 +220,7 @@ INLINE512 void dot_w_tile(const int NW, const int NX, const enum dtype T, const 
 #pragma GCC unroll 4
 		for (int i = 0; i < NW; i++) {
 			if (((size_t)k * esize) % 64 == 0) /* once per cache line */
-				_mm_prefetch(ahead((const char *)rowp[i] + esize * (size_t)k),
+				_mm_prefetch(addr_plus(rowp[i], esize * (size_t)(k + NW * n)),
 					     _MM_HINT_T0);
 			wv[i] = load_w16(T, rowp[i], k, mk);
 		}
@@ -340,10 +338,10 @@ INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *
 #pragma GCC unroll 4
 		for (int i = 0; i < NW; i++) {
 			const struct q8_0_block *p = w + i * nb + b;
-			/* decode streams weights from memory once: ask for them
-			 * early (rows are only ~2 KB, too short for the hardware
-			 * prefetcher to ramp up on each) */
-			_mm_prefetch(ahead(p), _MM_HINT_T0);
+			/* decode streams weights from memory once: ask for the
+			 * next tile's rows (rows are only ~2 KB, too short for the
+			 * hardware prefetcher to ramp up on each) */
+			_mm_prefetch(addr_plus(p, (size_t)(NW * nb) * sizeof *p), _MM_HINT_T0);
 			wv[i] = load_q8_pair(p, two);
 			corr[i] = _mm512_dpbusd_epi32(zero, c80, wv[i]);
 			__m256 d0 = _mm256_set1_ps(_cvtsh_ss(p[0].d));

@@ -1,6 +1,7 @@
 # aorta — thin orchestration over meson/ninja. The two commands a new user needs:
 #   make run   install deps, build (release), create the demo model, serve it on 127.0.0.1:8080
-#   make test  install deps, build (debug, CUDA sources too where nvcc exists), run every suite
+#   make test  install deps, build (-O2 -g with assertions; CUDA sources too where nvcc exists),
+#              run every suite
 # plus: make asan (unit and e2e suites under AddressSanitizer + UBSan), make fuzz SECONDS=N,
 # make soak MINUTES=N, make clean.
 
@@ -34,7 +35,7 @@ run: build $(DEMO_MODEL)
 	./build-release/server/aorta serve --model $(DEMO_MODEL) --host $(HOST) --port $(PORT)
 
 build-debug/build.ninja:
-	meson setup build-debug --buildtype=debug $(MESON_EXTRA)
+	meson setup build-debug --buildtype=debugoptimized $(MESON_EXTRA)
 
 test-build: deps build-debug/build.ninja
 	ninja -C build-debug
@@ -44,7 +45,7 @@ test: test-build
 	@tools/test-summary.py build-debug
 
 build-asan/build.ninja:
-	meson setup build-asan --buildtype=debug -Dcuda=disabled \
+	meson setup build-asan --buildtype=debugoptimized -Dcuda=disabled \
 		-Db_sanitize=address,undefined -Db_lundef=false
 
 asan: deps build-asan/build.ninja

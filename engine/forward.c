@@ -106,9 +106,13 @@ static void job_qkv_post(void *p, int ith, int nth)
 		kops_rope_angles(f->b->positions[r], cb->inv_freq, hd / 2, cos_t, sin_t);
 		kops_rope(cb->isa, q, c->n_heads, hd, cos_t, sin_t, style);
 		kops_rope(cb->isa, k, c->n_kv_heads, hd, cos_t, sin_t, style);
-		size_t slot = (size_t)f->b->slot_mapping[r];
-		kops_store_row(cb->kv_dtype, k_pool + slot * kv_dim * esize, k, kv_dim);
-		kops_store_row(cb->kv_dtype, v_pool + slot * kv_dim * esize, v, kv_dim);
+		const int32_t slot = f->b->slot_mapping[r], bs = cb->block_size;
+		for (int h = 0; h < c->n_kv_heads; h++) {
+			size_t off = (size_t)kops_kv_offset(slot / bs, slot % bs, h, c->n_kv_heads, bs,
+							    hd) * esize;
+			kops_store_row(cb->kv_dtype, k_pool + off, k + h * hd, hd);
+			kops_store_row(cb->kv_dtype, v_pool + off, v + h * hd, hd);
+		}
 	}
 }
 

@@ -9,9 +9,11 @@
  * threading is the caller's (engine/forward.c splits rows and heads over the
  * pool). Stateless; any thread. All pointers are borrowed for the call.
  *
- * Paged KV layout, per layer and for K and V separately: a pool of slots, slot
- * = block_id * block_size + offset; slot s holds n_kv_heads * head_dim values
- * (kv head-major) in F32 or F16.
+ * Paged KV layout, per layer and for K and V separately: n_blocks blocks,
+ * each [n_kv_heads][block_size][head_dim] values in F32 or F16, so the keys
+ * of one head inside a block are contiguous (attention streams them; a
+ * slot-major layout would stride by n_kv_heads * head_dim and alias in the
+ * caches). Slot s = block_id * block_size + j. See kops_kv_offset.
  */
 #ifndef AORTA_KERNELS_CPU_OPS_H
 #define AORTA_KERNELS_CPU_OPS_H
@@ -19,6 +21,13 @@
 #include <stdint.h>
 
 #include "kernels/dtype.h"
+
+/* Element offset of (block, position j in it, kv head) in one layer's K or V pool. */
+static inline long kops_kv_offset(long block, int j, int kv_head, int n_kv_heads, int block_size,
+				  int head_dim)
+{
+	return ((block * n_kv_heads + kv_head) * block_size + j) * (long)head_dim;
+}
 
 enum kops_isa {
 	KOPS_ISA_SCALAR = 0, /* portable C */

@@ -82,8 +82,8 @@ void kops_attn_head_ref(const struct kops_attn_args *a)
 	float *s = a->scratch;
 	float max = -INFINITY;
 	for (int t = 0; t < a->n_ctx; t++) {
-		long slot = (long)a->block_table[t / a->block_size] * a->block_size + t % a->block_size;
-		long base = (slot * a->n_kv_heads + a->kv_head) * hd;
+		long base = kops_kv_offset(a->block_table[t / a->block_size], t % a->block_size,
+					   a->kv_head, a->n_kv_heads, a->block_size, hd);
 		float dot = 0.0f;
 		for (int i = 0; i < hd; i++)
 			dot += a->q[i] * kv_at(a->kv_dtype, a->k_cache, base + i);
@@ -99,8 +99,8 @@ void kops_attn_head_ref(const struct kops_attn_args *a)
 	for (int i = 0; i < hd; i++)
 		a->out[i] = 0.0f;
 	for (int t = 0; t < a->n_ctx; t++) {
-		long slot = (long)a->block_table[t / a->block_size] * a->block_size + t % a->block_size;
-		long base = (slot * a->n_kv_heads + a->kv_head) * hd;
+		long base = kops_kv_offset(a->block_table[t / a->block_size], t % a->block_size,
+					   a->kv_head, a->n_kv_heads, a->block_size, hd);
 		float p = s[t] / sum;
 		for (int i = 0; i < hd; i++)
 			a->out[i] += p * kv_at(a->kv_dtype, a->v_cache, base + i);

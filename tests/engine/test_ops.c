@@ -161,10 +161,10 @@ START_TEST(test_attention)
 				}
 			}
 		}
-		/* GQA group: all query heads of kv head 1 in one pass == per head */
-		{
-			enum { NQ = 3 };
-			float qg[NQ * 128], og[NQ * 128], rg[NQ * 128], sg[NQ * 12 * 16];
+		/* GQA group: all query heads of kv head 1 in one pass == per head,
+		 * for group sizes 1..6 (the AVX-512 path takes heads four at a time) */
+		for (int NQ = 1; NQ <= 6; NQ++) {
+			float qg[6 * 128], og[6 * 128], rg[6 * 128], sg[6 * 12 * 16];
 			fill(qg, NQ * hd, 1.0f);
 			for (int kvd = 0; kvd < 2; kvd++) {
 				for (int ci = 0; ci < 6; ci++) {
@@ -193,7 +193,7 @@ START_TEST(test_attention)
 					    .block_size = bs, .n_ctx = 1, .kv_head = 1,
 					    .n_kv_heads = n_kv, .head_dim = hd, .scale = 0.5f };
 		kops_attn_head(best, &a);
-		const float *v0 = vf + ((size_t)table[0] * bs * n_kv + 1) * hd;
+		const float *v0 = vf + kops_kv_offset(table[0], 0, 1, n_kv, bs, hd);
 		ck_assert_int_eq(compare("attention-ctx1", best, got, v0, hd, 0, 1e-6f), 0);
 		free(kf), free(vf), free(kh), free(vh);
 	}

@@ -96,6 +96,11 @@ static int set_variant(const char *v, struct model_config *c, enum rope_style *e
 		c->rope_scaling.high_freq_factor = 4.0f;
 		c->rope_scaling.original_max_pos = 16;
 		*engine_layout = ROPE_STYLE_NORM;
+	} else if (!strcmp(v, "hd128")) {
+		/* head_dim 128: the AVX-512 group-attention path (multiples of 64) */
+		c->head_dim = 128;
+		c->n_heads = 4;
+		c->n_kv_heads = 1;
 	} else if (!strcmp(v, "linear")) {
 		c->rope_scaling.type = ROPE_SCALING_LINEAR;
 		c->rope_scaling.factor = 4.0f;

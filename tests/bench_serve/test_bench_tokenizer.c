@@ -44,7 +44,7 @@ START_TEST(test_exact_lengths)
 	struct bench_config c;
 	bench_config_defaults(&c);
 	c.tokenizer_path = dir;
-	c.num_prompts = 12;
+	c.num_prompts = 8;
 	c.input_len = 50;
 	c.seed = 11;
 	struct bench_workload w, w2;
@@ -60,7 +60,7 @@ START_TEST(test_exact_lengths)
 		ck_assert_int_eq(w.items[i].prompt_len,
 		                 (int)count(t, w.items[i].text, TOK_ADD_SPECIAL));
 	}
-	ck_assert_msg(exact >= 10, "%s: only %d of 12 prompts exact", names[_i], exact);
+	ck_assert_msg(exact >= 6, "%s: only %d of 8 prompts exact", names[_i], exact);
 	ck_assert_int_eq(bench_workload_build(&c, &w2, &d), 0);
 	for (int i = 0; i < w.n; i++)
 		ck_assert_str_eq(w.items[i].text, w2.items[i].text);

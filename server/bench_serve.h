@@ -4,19 +4,22 @@
  *
  * Owns: the benchmark configuration, the workload (prompts), the run loop (a
  * private libuv loop on the calling thread; HTTP/1.1 connections, reused with
- * keep-alive unless --no-keep-alive; streaming SSE), per-request records and their summary.
+ * keep-alive unless --no-keep-alive; streaming SSE), per-request records and
+ * their summary.
  * Single-threaded: every function runs on the caller's thread; bench_run()
  * blocks until all requests have finished or timed out.
  *
  * Metric definitions (all per successful request unless stated):
- *   TTFT  time from starting the request (before connect) to the first chunk
+ *   TTFT  time from starting the request (before connecting, when it needs a
+ *         new connection) to the first chunk
  *         carrying non-empty content (completions: choices[0].text; chat:
  *         choices[0].delta.content or .reasoning_content).
  *   ITL   gaps between consecutive content chunks (one sample per gap; a chunk
  *         carrying several tokens is one gap, as in vLLM).
  *   TPOT  (e2e - TTFT) / (output_tokens - 1); only requests with >= 2 output
  *         tokens contribute.
- *   E2E   time from starting the request to the end of the stream ([DONE]).
+ *   E2E   time from starting the request to the end of the response (the
+ *         chunk terminator after `data: [DONE]`).
  *   output_tokens: the server's usage.completion_tokens when it sends usage
  *         (we always ask: stream_options.include_usage); otherwise the count of
  *         non-empty content chunks. prompt_tokens likewise, else the workload's
@@ -24,10 +27,11 @@
  *   Request throughput = successes / duration; output token throughput =
  *   sum(output_tokens) / duration; total token throughput adds prompt tokens;
  *   goodput = successes meeting every given SLO (TTFT <= --slo-ttft-ms,
- *   TPOT <= --slo-tpot-ms, E2E <= --slo-e2e-ms) / duration. duration = first request start to last
- *   request end.
+ *   TPOT <= --slo-tpot-ms, E2E <= --slo-e2e-ms) / duration.
+ *   duration = first request start to last request end.
  *   Percentiles: linear interpolation between closest ranks, numpy's default
- *   ("linear", type 7): h = (n-1)q, v = x[floor h] + (h - floor h)(x[ceil h] - x[floor h]).
+ *   ("linear", Hyndman-Fan type 7): h = (n-1)q,
+ *   v = x[floor h] + (h - floor h) * (x[ceil h] - x[floor h]).
  *
  * Arrivals at --request-rate R: constant gaps 1/R, or Poisson (exponential
  * gaps, mean 1/R); --burstiness B draws the gaps from Gamma(shape B, mean 1/R)
@@ -58,8 +62,8 @@
  *   count with special tokens (BOS), as a server with that tokenizer reports
  *   for /v1/completions. JSONL prompts are counted with it too.
  *   --prefix-len P --num-prefix-groups G prepends to every prompt one of G
- *   fixed P-word prefixes (request i uses group i mod G), to measure prefix
- *   caching.
+ *   fixed P-word (P-token with --tokenizer) prefixes (request i uses group
+ *   i mod G), to measure prefix caching.
  * Ownership: configs borrow their strings; workloads and results own theirs.
  */
 #ifndef AORTA_SERVER_BENCH_SERVE_H

@@ -6,6 +6,25 @@
 
 #include "matmul_impl.h"
 
+/* IEEE half -> float without branches on the value, so the conversion loop
+ * vectorizes: the 15 value bits are placed where a float keeps them and the
+ * result multiplied by 2^112 to move the exponent bias from 15 to 127 (exact
+ * for subnormal halves too); Inf/NaN get the all-ones exponent. Equal to
+ * kernels/dtype.c's f16_to_f32 for every input. */
+static inline float half_to_float(uint16_t h)
+{
+	const uint32_t em = h & 0x7FFFu;
+	uint32_t bits = em << 13;
+	float f;
+	memcpy(&f, &bits, sizeof f);
+	f *= 0x1p112f;
+	memcpy(&bits, &f, sizeof bits);
+	bits = em >= 0x7C00u ? (em << 13) | 0x7F800000u : bits;
+	bits |= (uint32_t)(h & 0x8000u) << 16;
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
 static void cvt_scalar(const struct kmat *w, int64_t r, int64_t k0, int64_t n, float *out)
 {
 	const int64_t off = r * w->cols + k0;
@@ -16,7 +35,7 @@ static void cvt_scalar(const struct kmat *w, int64_t r, int64_t k0, int64_t n, f
 	case DT_F16: {
 		const uint16_t *p = (const uint16_t *)w->data + off;
 		for (int64_t k = 0; k < n; k++)
-			out[k] = f16_to_f32(p[k]);
+			out[k] = half_to_float(p[k]);
 		break;
 	}
 	case DT_BF16: {
@@ -38,17 +57,28 @@ static void cvt_scalar(const struct kmat *w, int64_t r, int64_t k0, int64_t n, f
 	}
 }
 
+/* MM_LANES independent partial sums per output: the compiler may not
+ * reorder a float sum, but it can vectorize across these lanes (SSE, NEON). */
+#define MM_LANES 8
+
 static void dot_f32_scalar(int nw, int nx, const float *w, int64_t ldw, const float *x,
 			   int64_t ldx, int64_t n, float *y, int64_t ldy)
 {
-	float acc[MM_TX][MM_TW] = { { 0 } };
-	for (int64_t k = 0; k < n; k++)
-		for (int j = 0; j < nx; j++)
-			for (int i = 0; i < nw; i++)
-				acc[j][i] += w[i * ldw + k] * x[j * ldx + k];
 	for (int j = 0; j < nx; j++)
-		for (int i = 0; i < nw; i++)
-			y[j * ldy + i] = acc[j][i];
+		for (int i = 0; i < nw; i++) {
+			const float *wi = w + i * ldw, *xj = x + j * ldx;
+			float acc[MM_LANES] = { 0 };
+			int64_t k = 0;
+			for (; k + MM_LANES <= n; k += MM_LANES)
+				for (int l = 0; l < MM_LANES; l++)
+					acc[l] += wi[k + l] * xj[k + l];
+			float s = 0.0f;
+			for (int l = 0; l < MM_LANES; l++)
+				s += acc[l];
+			for (; k < n; k++)
+				s += wi[k] * xj[k];
+			y[j * ldy + i] = s;
+		}
 }
 
 static void dot_q8_scalar(int nw, int nx, const struct q8_0_block *w, int64_t nb,

@@ -80,6 +80,12 @@ int cmd_serve(int argc, char **argv)
 		return 2;
 	if (srv_config_validate(&c, stderr))
 		return 2;
+	if (strcmp(c.device, "cuda") == 0) {
+		/* only the CUDA build smoke kernel exists so far (issue 9) */
+		fprintf(stderr, "aorta serve: --device cuda: the CUDA engine is not built yet; "
+				"use --device cpu (or auto, which picks the CPU engine)\n");
+		return 2;
+	}
 	enum log_level lvl = LOG_INFO;
 	log_level_parse(c.log_level, &lvl);
 	log_configure(lvl, strcmp(c.log_format, "json") == 0);

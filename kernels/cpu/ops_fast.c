@@ -528,6 +528,151 @@ T_AVX512 static void attn_group_avx512(const struct kops_attn_args *a, int n_q)
 }
 #endif
 
+#if KOPS_X86
+/* The same kernel for AVX2 + FMA + F16C, for head_dim a multiple of 32:
+ * 8-wide, the output built 32 floats at a time, two heads per pass (16 ymm
+ * registers). */
+T_AVX2 static inline __m256 load8(const void *base, long off, int is_f16)
+{
+	if (is_f16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + off)));
+	return _mm256_loadu_ps((const float *)base + off);
+}
+
+T_AVX2 static inline __m128 reduce4_256(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+	__m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+	return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* e^x for x <= 0, as exp_nonpos16; 2^n built in the exponent bits. */
+T_AVX2 static inline __m256 exp_nonpos8(__m256 x)
+{
+	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	__m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	/* n >= -126 here (x >= -87), so 2^n is a normal float */
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+T_AVX2 static float softmax_unnorm_avx2(float *s, int n)
+{
+	float m = -INFINITY;
+	for (int i = 0; i < n; i++)
+		m = s[i] > m ? s[i] : m;
+	__m256 vm = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 e = exp_nonpos8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+		_mm256_storeu_ps(s + i, e);
+		sum = _mm256_add_ps(sum, e);
+	}
+	float total = hsum256(sum);
+	for (; i < n; i++) {
+		s[i] = expf(s[i] - m);
+		total += s[i];
+	}
+	return total;
+}
+
+T_AVX2 static inline __attribute__((always_inline)) void
+pv_chunk8(const struct kops_attn_args *a, const float *s, const float *inv, int g0, const int GN,
+	  int c)
+{
+	const int bs = a->block_size, n_ctx = a->n_ctx, is_f16 = a->kv_dtype == DT_F16;
+	__m256 acc[2][4];
+#pragma GCC unroll 2
+	for (int g = 0; g < GN; g++)
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++)
+			acc[g][i] = _mm256_setzero_ps();
+	for (int t0 = 0; t0 < n_ctx; t0 += bs) {
+		const int n = n_ctx - t0 < bs ? n_ctx - t0 : bs;
+		long off = kops_kv_offset(a->block_table[t0 / bs], 0, a->kv_head, a->n_kv_heads, bs,
+					  a->head_dim) + c;
+		for (int j = 0; j < n; j++, off += a->head_dim) {
+			__m256 v0 = load8(a->v_cache, off, is_f16), v1 = load8(a->v_cache, off + 8, is_f16);
+			__m256 v2 = load8(a->v_cache, off + 16, is_f16);
+			__m256 v3 = load8(a->v_cache, off + 24, is_f16);
+#pragma GCC unroll 2
+			for (int g = 0; g < GN; g++) {
+				__m256 p = _mm256_set1_ps(s[(long)(g0 + g) * n_ctx + t0 + j]);
+				acc[g][0] = _mm256_fmadd_ps(p, v0, acc[g][0]);
+				acc[g][1] = _mm256_fmadd_ps(p, v1, acc[g][1]);
+				acc[g][2] = _mm256_fmadd_ps(p, v2, acc[g][2]);
+				acc[g][3] = _mm256_fmadd_ps(p, v3, acc[g][3]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (int g = 0; g < GN; g++) {
+		__m256 sc = _mm256_set1_ps(inv[g0 + g]);
+		float *o = a->out + (long)(g0 + g) * a->head_dim + c;
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++)
+			_mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(acc[g][i], sc));
+	}
+}
+
+T_AVX2 static void attn_group_avx2(const struct kops_attn_args *a, int n_q)
+{
+	const int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx;
+	const int is_f16 = a->kv_dtype == DT_F16, nc = hd / 8;
+	float *s = a->scratch; /* [n_q][n_ctx] */
+	float inv[64];
+#define SLOT_OFF(t) kops_kv_offset(a->block_table[(t) / bs], (t) % bs, a->kv_head, a->n_kv_heads, bs, hd)
+	int t = 0;
+	for (; t + 4 <= n_ctx; t += 4) {
+		const long o0 = SLOT_OFF(t), o1 = SLOT_OFF(t + 1), o2 = SLOT_OFF(t + 2),
+			   o3 = SLOT_OFF(t + 3);
+		for (int g = 0; g < n_q; g++) {
+			const float *q = a->q + (long)g * hd;
+			__m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+			for (int c = 0; c < nc; c++) {
+				__m256 qv = _mm256_loadu_ps(q + 8 * c);
+				s0 = _mm256_fmadd_ps(qv, load8(a->k_cache, o0 + 8 * c, is_f16), s0);
+				s1 = _mm256_fmadd_ps(qv, load8(a->k_cache, o1 + 8 * c, is_f16), s1);
+				s2 = _mm256_fmadd_ps(qv, load8(a->k_cache, o2 + 8 * c, is_f16), s2);
+				s3 = _mm256_fmadd_ps(qv, load8(a->k_cache, o3 + 8 * c, is_f16), s3);
+			}
+			__m128 r = _mm_mul_ps(reduce4_256(s0, s1, s2, s3), _mm_set1_ps(a->scale));
+			_mm_storeu_ps(s + (long)g * n_ctx + t, r);
+		}
+	}
+	for (; t < n_ctx; t++) {
+		const long o = SLOT_OFF(t);
+		for (int g = 0; g < n_q; g++) {
+			const float *q = a->q + (long)g * hd;
+			__m256 acc = _mm256_setzero_ps();
+			for (int c = 0; c < nc; c++)
+				acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * c),
+						      load8(a->k_cache, o + 8 * c, is_f16), acc);
+			s[(long)g * n_ctx + t] = hsum256(acc) * a->scale;
+		}
+	}
+#undef SLOT_OFF
+	for (int g = 0; g < n_q; g++)
+		inv[g] = 1.0f / softmax_unnorm_avx2(s + (long)g * n_ctx, n_ctx);
+	for (int c = 0; c < hd; c += 32) {
+		int g = 0;
+		for (; g + 2 <= n_q; g += 2)
+			pv_chunk8(a, s, inv, g, 2, c);
+		if (g < n_q)
+			pv_chunk8(a, s, inv, g, 1, c);
+	}
+}
+#endif
+
 /* GQA: the K/V row of each position is loaded once (it stays in L1) for all
  * n_q query heads of the group; each head keeps its own scores and max. */
 void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
@@ -535,6 +680,10 @@ void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
 #if KOPS_X86
 	if (isa == KOPS_ISA_AVX512 && a->head_dim % 64 == 0 && n_q <= 64) {
 		attn_group_avx512(a, n_q);
+		return;
+	}
+	if (isa >= KOPS_ISA_AVX2 && a->head_dim % 32 == 0 && n_q <= 64) {
+		attn_group_avx2(a, n_q);
 		return;
 	}
 #endif

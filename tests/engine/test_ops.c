@@ -123,12 +123,12 @@ START_TEST(test_attention)
 {
 	enum kops_isa best = kops_isa_detect();
 	const int bs = 16, n_blocks = 12, n_kv = 3;
-	const int hds[] = { 8, 20, 64, 128 };
+	const int hds[] = { 8, 20, 32, 64, 96, 128 };
 	const int ctxs[] = { 1, 5, 16, 17, 100, 12 * 16 };
 	int32_t table[12];
 	for (int i = 0; i < n_blocks; i++)
 		table[i] = (i * 7 + 3) % n_blocks; /* a permutation: not in order */
-	for (int hi = 0; hi < 4; hi++) {
+	for (int hi = 0; hi < 6; hi++) {
 		int hd = hds[hi];
 		size_t n_vals = (size_t)n_blocks * bs * n_kv * hd;
 		float *kf = malloc(n_vals * 4), *vf = malloc(n_vals * 4);

@@ -9,10 +9,12 @@
  * KV pool: n_kv_blocks blocks of block_size token slots, per layer, for K and
  * V. A token's KV slot is block_id * block_size + offset. Which blocks belong
  * to which sequence is decided by batching/ (the only owner of block
- * allocation); the engine just reads the block tables it is given.
+ * allocation); the engine just reads the block tables it is given. How values
+ * are laid out inside a block is the backend's business.
  *
  * A backend is a small vtable (engine/backend.h): alloc_kv, forward, sample,
- * free; CPU (kernels/cpu) always, CUDA (kernels/cuda) where built.
+ * copy_blocks, free; CPU (engine/cpu_backend.c on kernels/cpu) always, CUDA
+ * where built. Tests: tests/engine/test_engine*.c, tests/reference/.
  */
 #ifndef AORTA_ENGINE_ENGINE_H
 #define AORTA_ENGINE_ENGINE_H
@@ -85,7 +87,8 @@ int engine_sample_greedy(struct engine *e, const float *logits, int n_rows, int3
 /* The model's vocabulary size (the width of a logits row). */
 int engine_vocab(const struct engine *e);
 
-/* Copy whole KV blocks src[i] -> dst[i] in every layer (copy-on-write for n > 1). */
+/* Copy whole KV blocks src[i] -> dst[i], in order, in every layer (the
+ * copy-on-write of a shared last block). ERR_INVAL for an id out of range. */
 int engine_copy_blocks(struct engine *e, const int32_t *src, const int32_t *dst, int n);
 
 /* Bytes one KV block takes across all layers (K and V), for sizing the pool

@@ -20,7 +20,7 @@ struct bench_flags {
 	uint64_t max_response;
 };
 
-#define N_COMMON_OPTS 28
+#define N_COMMON_OPTS 29
 
 static int common_opts(struct bench_flags *f, struct cli_opt *o)
 {
@@ -70,6 +70,8 @@ static int common_opts(struct bench_flags *f, struct cli_opt *o)
 	    {"keep-alive", CLI_BOOL, &c->keep_alive, NULL,
 	     "reuse connections between requests (default on)"},
 	    {"progress", CLI_BOOL, &c->progress, NULL, "live progress line on a TTY (default on)"},
+	    {"save-detailed", CLI_BOOL, &c->save_detailed, NULL,
+	     "JSON: also each request's inter-token gaps (itl_ms)"},
 	};
 	memcpy(o, v, sizeof v);
 	return N_COMMON_OPTS;

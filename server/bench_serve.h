@@ -104,6 +104,7 @@ struct bench_config {
 	size_t max_response_bytes; /* per response; over it the request is an error */
 	bool keep_alive;           /* reuse connections (HTTP/1.1 keep-alive); default on */
 	bool progress;             /* live progress line on stderr */
+	bool save_detailed;        /* JSON: each request's ITL samples too */
 };
 
 void bench_config_defaults(struct bench_config *c);

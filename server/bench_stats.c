@@ -286,7 +286,7 @@ static cJSON *config_json(const struct bench_config *c)
 	return o;
 }
 
-static cJSON *requests_json(const struct bench_result *r, int n)
+static cJSON *requests_json(const struct bench_result *r, int n, bool detailed)
 {
 	cJSON *a = cJSON_CreateArray();
 	for (int i = 0; a && i < n; i++) {
@@ -307,6 +307,11 @@ static cJSON *requests_json(const struct bench_result *r, int n)
 		cJSON_AddBoolToObject(o, "usage_from_server", r[i].usage_from_server);
 		cJSON_AddBoolToObject(o, "reused_connection", r[i].reused_connection);
 		cJSON_AddNumberToObject(o, "chunks", r[i].n_chunks);
+		if (!detailed)
+			continue;
+		cJSON *itl = cJSON_AddArrayToObject(o, "itl_ms");
+		for (int j = 0; itl && j < r[i].n_itl; j++)
+			cJSON_AddItemToArray(itl, cJSON_CreateNumber(r[i].itl_s[j] * 1e3));
 	}
 	return a;
 }
@@ -342,7 +347,7 @@ int bench_write_json(const char *path, const struct bench_config *c, const struc
 	add_flat(root, "tpot", &s->tpot_ms);
 	add_flat(root, "itl", &s->itl_ms);
 	add_flat(root, "e2el", &s->e2e_ms);
-	cJSON_AddItemToObject(root, "requests", requests_json(r, n));
+	cJSON_AddItemToObject(root, "requests", requests_json(r, n, c->save_detailed));
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);
 	if (!text)

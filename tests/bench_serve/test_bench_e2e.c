@@ -421,7 +421,9 @@ START_TEST(test_commands)
 	ck_assert_int_eq(cJSON_GetObjectItem(o, "completed")->valueint, 6);
 	ck_assert_int_eq(cJSON_GetObjectItem(o, "total_output_tokens")->valueint, 24);
 	ck_assert_int_eq(cJSON_GetObjectItem(o, "good_requests")->valueint, 6);
-	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "requests")), 6);
+	cJSON *reqs = cJSON_GetObjectItem(o, "requests");
+	ck_assert_int_eq(cJSON_GetArraySize(reqs), 6);
+	ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetArrayItem(reqs, 0), "itl_ms"));
 	cJSON_Delete(o);
 	free(text);
 
@@ -442,6 +444,20 @@ START_TEST(test_commands)
 	ck_assert_int_eq(bench_serve_main(2, bad_argv), 2);
 	char *bad2[] = {"--base-url", fake.url, "--model", "x", "--dataset", "nope", NULL};
 	ck_assert_int_eq(bench_serve_main(6, bad2), 2);
+
+	char *detail_argv[] = {"--base-url",      fake.url, "--model",      "fake-cli-detail",
+	                       "--num-prompts",   "2",      "--output-len", "5",
+	                       "--save-detailed", "--json", json,           NULL};
+	ck_assert_int_eq(bench_serve_main(11, detail_argv), 0);
+	text = slurp(json);
+	o = cJSON_Parse(text);
+	reqs = cJSON_GetObjectItem(o, "requests");
+	for (int i = 0; i < 2; i++) /* 5 tokens, 4 gaps */
+		ck_assert_int_eq(
+		    cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(reqs, i), "itl_ms")),
+		    4);
+	cJSON_Delete(o);
+	free(text);
 
 	char *sweep_argv[] = {"--base-url",
 	                      fake.url,

@@ -433,6 +433,52 @@ START_TEST(test_sampled_n_and_destroy_busy)
 }
 END_TEST
 
+START_TEST(test_shared_prompt_computed_once)
+{
+	/* 20 requests with one 64-token system prompt (8 blocks) and their own
+	 * 10-token questions, submitted while the engine runs: whatever the
+	 * timing, the system prompt's KV is computed once. */
+	enum { N = 20, SYS = 64, Q = 10 };
+	struct waiter w;
+	waiter_init(&w);
+	struct fake_model fm;
+	struct bat_model m;
+	fm_init(&fm, 256, 8, &m);
+	struct bat_opts o = opts(256, 8, 32, 256, 128, &w);
+	struct batcher *b;
+	ck_assert_int_eq(bat_create(&o, &m, &b, NULL), 0);
+	static int32_t p[N][SYS + Q];
+	static struct res res[N];
+	for (int i = 0; i < N; i++) {
+		for (int j = 0; j < SYS; j++)
+			p[i][j] = 1 + (j * 13) % (VOCAB - 1);
+		for (int j = SYS; j < SYS + Q; j++)
+			p[i][j] = 1 + (i * 31 + j * 7) % (VOCAB - 1);
+		res_init(&res[i], 1);
+		struct bat_request r = greedy_req((uint64_t)i + 1, p[i], SYS + Q, 3, 1, &res[i]);
+		ck_assert_int_eq(bat_submit(b, &r, NULL), 0);
+	}
+	int ended = 0;
+	drain_until(b, &w, &ended, N, 30, NULL, NULL);
+	struct bat_stats st;
+	bat_stats(b, &st);
+	ck_assert_uint_eq(st.preemptions, 0);
+	ck_assert_uint_eq(st.prompt_tokens_computed, SYS + N * Q);
+	ck_assert_uint_eq(st.prefix_hits, (N - 1) * SYS);
+	int cached = 0;
+	for (int i = 0; i < N; i++) {
+		ck_assert(res[i].done);
+		check_greedy(&res[i], p[i], SYS + Q, 3, false);
+		cached += res[i].end.cached_tokens;
+		res_deinit(&res[i]);
+	}
+	ck_assert_int_eq(cached, (N - 1) * SYS);
+	bat_destroy(b);
+	fm_deinit(&fm);
+	waiter_deinit(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("engine_thread");
@@ -443,6 +489,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_engine_failure);
 	tcase_add_test(tc, test_validation);
 	tcase_add_test(tc, test_sampled_n_and_destroy_busy);
+	tcase_add_test(tc, test_shared_prompt_computed_once);
 	suite_add_tcase(s, tc);
 	return s;
 }

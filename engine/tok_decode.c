@@ -254,10 +254,12 @@ static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, un
 		int32_t id = ids[i];
 		if (id < 0 || id >= t->n_ids || (t->attr[id] & TOK_ATTR_HOLE))
 			rc = ERR_RANGE;
-		else if ((flags & TOK_SKIP_SPECIAL) && (t->attr[id] & TOK_ATTR_SPECIAL))
+		else if ((flags & TOK_SKIP_SPECIAL) && (t->attr[id] & (TOK_ATTR_SPECIAL | TOK_ATTR_NOSKIP)) == TOK_ATTR_SPECIAL)
 			continue;
-		else
-			rc = toks_add(&a, tok_span_ptr(t, t->piece[id]), t->piece[id].len);
+		else {
+			struct tok_span sp = t->out_piece ? t->out_piece[id] : t->piece[id];
+			rc = toks_add(&a, tok_span_ptr(t, sp), sp.len);
+		}
 	}
 	bool fused = false;
 	for (int k = 0; k < t->n_decs && !rc; k++) {
@@ -367,7 +369,7 @@ int tok_stream_push(struct tok_stream *s, int32_t id, struct buf *out)
 	const struct tokenizer *t = s->t;
 	if (id < 0 || id >= t->n_ids || (t->attr[id] & TOK_ATTR_HOLE))
 		return ERR_RANGE;
-	if ((s->flags & TOK_SKIP_SPECIAL) && (t->attr[id] & TOK_ATTR_SPECIAL))
+	if ((s->flags & TOK_SKIP_SPECIAL) && (t->attr[id] & (TOK_ATTR_SPECIAL | TOK_ATTR_NOSKIP)) == TOK_ATTR_SPECIAL)
 		return 0;
 	if (s->n_ids == s->cap_ids) {
 		size_t c = s->cap_ids ? s->cap_ids * 2 : 16;

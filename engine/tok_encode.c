@@ -76,6 +76,7 @@ struct enc {
 	struct buf mapped; /* byte-level mapped word (ignore_merges lookups) */
 	struct wcache wc;
 	bool use_cache;
+	unsigned flags; /* TOK_PARSE_SPECIAL */
 };
 
 static int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id)
@@ -734,6 +735,25 @@ static int pretokenize(struct enc *e, const char **text, size_t len, bool at_ori
 
 /* ---- one segment between added tokens ---- */
 
+typedef int (*seg_fn)(struct enc *e, const char *s, size_t n, bool at_origin);
+static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, size_t n, bool origin, seg_fn fn);
+
+/* Pre-tokenize normalized text and BPE each piece. */
+static int pretok_segment(struct enc *e, const char *text, size_t len, bool at_origin)
+{
+	int rc;
+	if (len == 0)
+		return 0;
+	if ((rc = pretokenize(e, &text, len, at_origin)))
+		return rc;
+	for (size_t i = 0; i < e->pieces.n; i++) {
+		struct tok_span pc = e->pieces.v[i];
+		if (pc.len && (rc = word_ids(e, text + pc.off, pc.len, e->t->byte_level)))
+			return rc;
+	}
+	return 0;
+}
+
 static int encode_segment(struct enc *e, const char *s, size_t n, bool at_origin)
 {
 	const struct tokenizer *t = e->t;
@@ -748,16 +768,34 @@ static int encode_segment(struct enc *e, const char *s, size_t n, bool at_origin
 		len = e->nb[cur].len;
 		cur ^= 1;
 	}
-	if (len == 0)
-		return 0;
-	if ((rc = pretokenize(e, &text, len, at_origin)))
-		return rc;
-	for (size_t i = 0; i < e->pieces.n; i++) {
-		struct tok_span pc = e->pieces.v[i];
-		if (pc.len && (rc = word_ids(e, text + pc.off, pc.len, t->byte_level)))
-			return rc;
+	/* normalized added tokens are found in the normalized text */
+	if (t->ntrie.n_nodes > 1)
+		return split_added(e, &t->ntrie, text, len, at_origin, pretok_segment);
+	return pretok_segment(e, text, len, at_origin);
+}
+
+int tok_normalize(const struct tokenizer *t, const char *s, size_t n, struct buf *out)
+{
+	struct enc e;
+	memset(&e, 0, sizeof(e));
+	e.t = t;
+	e.md = pcre2_match_data_create(4, NULL);
+	int rc = e.md ? 0 : ERR_NOMEM, cur = 0;
+	const char *text = s;
+	size_t len = n;
+	for (int k = 0; k < t->n_norms && !rc; k++) {
+		buf_clear(&e.nb[cur]);
+		rc = apply_norm(&e, &t->norms[k], text, len, &e.nb[cur]);
+		text = e.nb[cur].data ? e.nb[cur].data : "";
+		len = e.nb[cur].len;
+		cur ^= 1;
 	}
-	return 0;
+	if (!rc && len && buf_append(out, text, len))
+		rc = ERR_NOMEM;
+	buf_deinit(&e.nb[0]);
+	buf_deinit(&e.nb[1]);
+	pcre2_match_data_free(e.md);
+	return rc;
 }
 
 /* ---- added tokens ---- */
@@ -783,31 +821,33 @@ static uint32_t last_cp(const char *s, size_t n)
 }
 
 /* The longest added token starting at s[i], or -1 (index into t->added). */
-static int match_added(const struct tokenizer *t, const char *s, size_t n, size_t i, size_t *end)
+static int match_added(const struct tok_trie *tr, const char *s, size_t n, size_t i, size_t *end)
 {
 	uint32_t node = 0;
 	int best = -1;
 	for (size_t k = i; k < n; k++) {
 		uint64_t child;
-		if (!tok_u64map_get(&t->trie, (uint64_t)node << 8 | (unsigned char)s[k], &child))
+		if (!tok_u64map_get(&tr->map, (uint64_t)node << 8 | (unsigned char)s[k], &child))
 			break;
 		node = (uint32_t)child;
-		if (t->trie_term[node] >= 0) {
-			best = t->trie_term[node];
+		if (tr->term[node] >= 0) {
+			best = tr->term[node];
 			*end = k + 1;
 		}
 	}
 	return best;
 }
 
-static int encode_text(struct enc *e, const char *s, size_t n, unsigned flags)
+/* Split s at the added tokens of trie tr; the text between goes to fn. */
+static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, size_t n, bool origin, seg_fn fn)
 {
 	const struct tokenizer *t = e->t;
+	unsigned flags = e->flags;
 	size_t seg = 0, i = 0;
 	int rc;
 	while (i < n) {
 		size_t end = i;
-		int a = t->added_first[(unsigned char)s[i]] ? match_added(t, s, n, i, &end) : -1;
+		int a = tr->first[(unsigned char)s[i]] ? match_added(tr, s, n, i, &end) : -1;
 		if (a < 0) {
 			i++;
 			continue;
@@ -846,14 +886,14 @@ static int encode_text(struct enc *e, const char *s, size_t n, unsigned flags)
 			}
 			i = end;
 		}
-		if (start > seg && (rc = encode_segment(e, s + seg, start - seg, seg == 0)))
+		if (start > seg && (rc = fn(e, s + seg, start - seg, origin && seg == 0)))
 			return rc;
 		if ((rc = ids_push(&e->ids, &e->n, &e->cap, ad->id)))
 			return rc;
 		seg = end;
 	}
 	if (n > seg)
-		return encode_segment(e, s + seg, n - seg, seg == 0);
+		return fn(e, s + seg, n - seg, origin && seg == 0);
 	return 0;
 }
 
@@ -881,6 +921,7 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, unsigned
 	struct enc e;
 	memset(&e, 0, sizeof(e));
 	e.t = t;
+	e.flags = flags;
 	struct buf fixed;
 	buf_init(&fixed);
 	int rc = 0;
@@ -908,7 +949,7 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, unsigned
 		for (int i = 0; i < t->n_pre && !rc; i++)
 			rc = ids_push(&e.ids, &e.n, &e.cap, t->pre_ids[i]);
 	if (!rc)
-		rc = encode_text(&e, text ? text : "", len, flags);
+		rc = split_added(&e, &t->trie, text ? text : "", len, true, encode_segment);
 	if (!rc && (flags & TOK_ADD_SPECIAL))
 		for (int i = 0; i < t->n_post && !rc; i++)
 			rc = ids_push(&e.ids, &e.n, &e.cap, t->post_ids[i]);

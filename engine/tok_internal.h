@@ -132,7 +132,22 @@ struct tok_added {
 
 enum tok_model_kind { TOK_MODEL_BPE, TOK_MODEL_SPM };
 
-enum { TOK_ATTR_SPECIAL = 1, TOK_ATTR_ADDED = 2, TOK_ATTR_BYTE = 4, TOK_ATTR_HOLE = 8, TOK_ATTR_VOCAB = 16 };
+/* A byte trie of added-token texts: (node << 8 | byte) -> child node. */
+struct tok_trie {
+	struct tok_u64map map;
+	int32_t *term;	   /* [n_nodes] index into added[], -1 */
+	uint32_t n_nodes;
+	bool first[256];   /* bytes a token can start with */
+};
+
+enum {
+	TOK_ATTR_SPECIAL = 1,
+	TOK_ATTR_ADDED = 2,
+	TOK_ATTR_BYTE = 4,
+	TOK_ATTR_HOLE = 8,
+	TOK_ATTR_VOCAB = 16,
+	TOK_ATTR_NOSKIP = 32, /* special, but decode's skip misses it (see out_piece) */
+};
 
 struct tokenizer {
 	/* every id's piece (added tokens included) */
@@ -145,12 +160,15 @@ struct tokenizer {
 	struct tok_strmap vocab; /* model vocabulary only */
 	struct tok_strmap all;	 /* vocab + added tokens (tok_piece_id) */
 
-	/* added tokens, matched on the raw input by the trie */
+	/* added tokens: normalized=false ones are matched on the raw input
+	 * (trie), normalized=true ones on each normalized segment by their
+	 * normalized text (ntrie), as HF's AddedVocabulary does */
 	struct tok_added *added;
 	int n_added;
-	struct tok_u64map trie;	 /* (node << 8 | byte) -> child node */
-	int32_t *trie_term;	 /* [n_nodes] index into added[], -1 */
-	bool added_first[256];	 /* bytes an added token can start with */
+	struct tok_trie trie, ntrie;
+	/* decode text per id when it differs from piece: HF decodes a
+	 * normalized added token as its normalized text (NULL: none differ) */
+	struct tok_span *out_piece;
 	uint32_t n_nodes;
 
 	/* model */
@@ -209,6 +227,8 @@ size_t tok_utf8_decode(const char *s, uint32_t *cp);
 bool tok_is_whitespace(uint32_t cp);
 
 /* tok_encode.c */
+/* Run the normalizer chain over s (appends to out). */
+int tok_normalize(const struct tokenizer *t, const char *s, size_t n, struct buf *out);
 int tok_bpe_word(const struct tokenizer *t, const char *w, size_t n, bool byte_mapped, int32_t **ids,
 		 size_t *n_ids, size_t *cap);
 

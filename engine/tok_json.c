@@ -424,6 +424,8 @@ static int load_model(struct tokenizer *t, const cJSON *root, struct diag *d)
 			return diag_set(d, ERR_NOMEM, "out of memory");
 		t->attr[id] = TOK_ATTR_VOCAB;
 	}
+	if (tok_strmap_build(t, &t->vocab, TOK_ATTR_VOCAB))
+		return diag_set(d, ERR_NOMEM, "out of memory");
 	cJSON_ArrayForEach(v, added)
 	{
 		GROW(t->added, t->n_added, diag_set(d, ERR_NOMEM, "out of memory"));
@@ -437,6 +439,11 @@ static int load_model(struct tokenizer *t, const cJSON *root, struct diag *d)
 		a->normalized = jbool(v, "normalized", !a->special);
 		if (tok_pool_add(t, content, strlen(content), &a->text))
 			return diag_set(d, ERR_NOMEM, "out of memory");
+		/* an added token whose text the model has takes the model's id
+		 * (what HF's AddedVocabulary does, whatever "id" says) */
+		int32_t mid = tok_strmap_get(t, &t->vocab, content, strlen(content));
+		if (mid >= 0)
+			a->id = mid;
 		struct tok_span old = t->piece[a->id];
 		if ((t->attr[a->id] & TOK_ATTR_VOCAB) &&
 		    (old.len != a->text.len || memcmp(tok_span_ptr(t, old), content, old.len)))

@@ -453,41 +453,101 @@ pcre2_code *tok_regex_compile(const char *pat, size_t len, struct diag *d, int *
 
 /* ---- final indexing ---- */
 
-static int trie_build(struct tokenizer *t)
+static int trie_add(struct tok_trie *tr, const unsigned char *s, size_t n, int32_t idx)
 {
-	size_t total = 1;
-	for (int i = 0; i < t->n_added; i++)
-		total += t->added[i].text.len;
-	int rc = tok_u64map_init(&t->trie, total);
+	uint32_t node = 0;
+	if (n == 0)
+		return 0;
+	tr->first[s[0]] = true;
+	for (size_t k = 0; k < n; k++) {
+		uint64_t key = (uint64_t)node << 8 | s[k], child;
+		if (tok_u64map_get(&tr->map, key, &child)) {
+			node = (uint32_t)child;
+			continue;
+		}
+		child = tr->n_nodes++;
+		tr->term[child] = -1;
+		int rc = tok_u64map_put(&tr->map, key, child);
+		if (rc)
+			return rc;
+		node = (uint32_t)child;
+	}
+	if (tr->term[node] < 0)
+		tr->term[node] = idx; /* the first of equal texts wins */
+	return 0;
+}
+
+static int trie_init(struct tok_trie *tr, size_t total)
+{
+	int rc = tok_u64map_init(&tr->map, total);
 	if (rc)
 		return rc;
-	t->trie_term = malloc(total * sizeof(int32_t));
-	if (!t->trie_term)
+	tr->term = malloc((total + 1) * sizeof(int32_t));
+	if (!tr->term)
 		return ERR_NOMEM;
-	t->trie_term[0] = -1;
-	t->n_nodes = 1;
-	for (int i = 0; i < t->n_added; i++) {
-		const unsigned char *s = (const unsigned char *)tok_span_ptr(t, t->added[i].text);
-		uint32_t node = 0;
-		if (t->added[i].text.len == 0)
-			continue;
-		t->added_first[s[0]] = true;
-		for (uint32_t k = 0; k < t->added[i].text.len; k++) {
-			uint64_t key = (uint64_t)node << 8 | s[k], child;
-			if (tok_u64map_get(&t->trie, key, &child)) {
-				node = (uint32_t)child;
-				continue;
-			}
-			child = t->n_nodes++;
-			t->trie_term[child] = -1;
-			if ((rc = tok_u64map_put(&t->trie, key, child)))
-				return rc;
-			node = (uint32_t)child;
-		}
-		if (t->trie_term[node] < 0)
-			t->trie_term[node] = i;
-	}
+	tr->term[0] = -1;
+	tr->n_nodes = 1;
 	return 0;
+}
+
+static int trie_build(struct tokenizer *t)
+{
+	size_t total = 1, ntotal = 1;
+	int rc;
+	struct buf nb;
+	buf_init(&nb);
+	/* normalized texts, one after another in nb (offsets in added[].norm) */
+	size_t *noff = calloc((size_t)t->n_added + 1, sizeof(size_t));
+	if (!noff)
+		return ERR_NOMEM;
+	for (int i = 0; i < t->n_added; i++) {
+		noff[i] = nb.len;
+		if (t->added[i].normalized) {
+			if ((rc = tok_normalize(t, tok_span_ptr(t, t->added[i].text), t->added[i].text.len, &nb))) {
+				free(noff);
+				buf_deinit(&nb);
+				return rc;
+			}
+			ntotal += nb.len - noff[i];
+		} else {
+			total += t->added[i].text.len;
+		}
+	}
+	noff[t->n_added] = nb.len;
+	rc = trie_init(&t->trie, total);
+	if (!rc)
+		rc = trie_init(&t->ntrie, ntotal);
+	for (int i = 0; i < t->n_added && !rc; i++) {
+		if (t->added[i].normalized)
+			rc = trie_add(&t->ntrie, (const unsigned char *)(nb.data ? nb.data + noff[i] : ""),
+				      noff[i + 1] - noff[i], i);
+		else
+			rc = trie_add(&t->trie, (const unsigned char *)tok_span_ptr(t, t->added[i].text),
+				      t->added[i].text.len, i);
+	}
+	/* HF decodes a normalized added token as its normalized text, and
+	 * then (matching specials by that text) does not skip it */
+	for (int i = 0; i < t->n_added && !rc; i++) {
+		struct tok_added *a = &t->added[i];
+		size_t nl = noff[i + 1] - noff[i];
+		if (!a->normalized ||
+		    (nl == a->text.len && (nl == 0 || !memcmp(nb.data + noff[i], tok_span_ptr(t, a->text), nl))))
+			continue;
+		if (!t->out_piece) {
+			t->out_piece = malloc((size_t)t->n_ids * sizeof(*t->out_piece));
+			if (!t->out_piece) {
+				rc = ERR_NOMEM;
+				break;
+			}
+			memcpy(t->out_piece, t->piece, (size_t)t->n_ids * sizeof(*t->out_piece));
+		}
+		rc = tok_pool_add(t, nl ? nb.data + noff[i] : "", nl, &t->out_piece[a->id]);
+		if (a->special)
+			t->attr[a->id] |= TOK_ATTR_NOSKIP;
+	}
+	free(noff);
+	buf_deinit(&nb);
+	return rc;
 }
 
 int tok_finalize(struct tokenizer *t, struct diag *d)
@@ -542,8 +602,11 @@ void tok_destroy(struct tokenizer *t)
 	free(t->vocab.slots);
 	free(t->all.slots);
 	free(t->added);
-	tok_u64map_deinit(&t->trie);
-	free(t->trie_term);
+	free(t->out_piece);
+	tok_u64map_deinit(&t->trie.map);
+	free(t->trie.term);
+	tok_u64map_deinit(&t->ntrie.map);
+	free(t->ntrie.term);
 	tok_u64map_deinit(&t->merges);
 	free(t->scores);
 	for (int i = 0; i < t->n_norms; i++) {

@@ -20,7 +20,8 @@
  *
  * Semantics follow the Rust `tokenizers` library (tested against it and the
  * transformers.js reference vectors): added tokens are split out of the raw
- * text before normalization (leftmost-longest; lstrip/rstrip/single_word);
+ * text before normalization (leftmost-longest; lstrip/rstrip/single_word; an
+ * added token whose text the model vocabulary has takes the model's id);
  * TOK_PARSE_SPECIAL off skips only special added tokens (non-special ones such
  * as Qwen's <think> still match, as HF's split_special_tokens does); decode
  * applies clean_up_tokenization_spaces when tokenizer_config.json asks.
@@ -28,9 +29,11 @@
  * regexes (qwen2 also gets the NFC of Qwen's tokenizer.json, llama-bpe the
  * ignore_merges and clean-up of Llama 3's); "llama" uses SentencePiece scores
  * with the HF pipeline (space prefix on every segment between added tokens).
- * Not supported: WordPiece/Unigram/WordLevel models, added tokens with
- * normalized=true are matched on the raw text (HF matches them after
- * normalization), BPE dropout, continuing_subword_prefix/end_of_word_suffix.
+ * normalized=true added tokens are matched in each normalized segment by
+ * their normalized text (and, as in HF, decode as that text).
+ * Not supported: WordPiece/Unigram/WordLevel models, BPE dropout,
+ * continuing_subword_prefix/end_of_word_suffix, normalized added tokens in
+ * GGUF export (GGUF has no such notion: they are written as user-defined).
  */
 #ifndef AORTA_ENGINE_TOKENIZER_H
 #define AORTA_ENGINE_TOKENIZER_H

@@ -31,9 +31,9 @@ def bpe_from_merges(base, merges):
     return vocab
 
 
-def added(id_, content, special, lstrip=False, rstrip=False, single_word=False):
+def added(id_, content, special, lstrip=False, rstrip=False, single_word=False, normalized=False):
     return {"id": id_, "content": content, "single_word": single_word, "lstrip": lstrip, "rstrip": rstrip,
-            "normalized": False, "special": special}
+            "normalized": normalized, "special": special}
 
 
 def bytelevel():
@@ -53,7 +53,7 @@ def bytelevel():
     n = len(vocab)
     toks = [added(n, "<s>", True), added(n + 1, "</s>", True), added(n + 2, "<|sep|>", True, lstrip=True, rstrip=True),
             added(n + 3, "[MASK]", False, lstrip=True), added(n + 4, "<w>", True, single_word=True),
-            added(n + 5, "hello", False)]
+            added(n + 5, "hello", False), added(n + 6, "xyz", False, normalized=True)]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": toks,
         "normalizer": None,
@@ -79,7 +79,8 @@ def metaspace():
     n = len(vocab)
     return {
         "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [added(0, "<unk>", True), added(n, "[CLS]", True), added(n + 1, "<eot>", True, rstrip=True)],
+        "added_tokens": [added(0, "<unk>", True), added(n, "[CLS]", True), added(n + 1, "<eot>", True, rstrip=True),
+                         added(n + 2, "WORLD", False, normalized=True), added(n + 3, "[Sep]", True, normalized=True)],
         "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"},
                                                             {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]},
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -103,7 +104,8 @@ def splits():
     merges = [("a", "b"), ("ab", "c"), ("1", "2"), ("x", "y")]
     vocab = bpe_from_merges(base, merges)
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [added(0, "<unk>", True)],
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [added(0, "<unk>", True), added(len(vocab), "ab", False, normalized=True)],
         "normalizer": {"type": "Prepend", "prepend": "_"},
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": "[0-9]"}, "behavior": "Contiguous", "invert": False},
@@ -123,6 +125,7 @@ TEXTS = [
     "<s>hello</s>", "hellohello hello", "ＦＵＬＬ－ｗｉｄｔｈ １２３", "The CAT-sat on-the mat", "abc 123 xyz 4567 ab",
     "12abc34 xy", "ÉCOLE straße", "on12 12on the 1 2", "cat<eot>   the", "[CLS]the<eot>", "héllo wörld 中文 😀!",
     "what!!", "!!the!!", "a-b--c", "-", "_x", "   leading", "trailing   ", "\u3000ideographic\u3000space",
+    "Hello WORLD world", "[SEP]x[sep] [Sep]", "xyz axyzb <s>xyz", "ab cab abab", "WORLD<eot>world",
 ]
 
 

@@ -9,7 +9,8 @@
  *   - round trip without special-token parsing: llama3 gives back the repaired
  *     text after transformers' clean-up; gemma3 gives it back with U+2581 as
  *     a space (its decoder's Replace).
- * The fixtures come from $AORTA_FIXTURES (default /work/shared/fixtures).
+ * The fixtures come from $AORTA_FIXTURES (default /work/shared/fixtures), the
+ * synthetic tokenizers from $AORTA_SOURCE_ROOT/tests/tokenizer/synthetic.
  * With -DFUZZ_REPLAY_MAIN it is a plain program: it replays the files given
  * on the command line, then 2000 pseudo-random inputs from a fixed seed.
  */
@@ -25,8 +26,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static const char *const names[] = { "mistral", "llama3", "qwen3", "gemma3" };
-#define N_TOK 4
+/* the four fixture tokenizers, then the synthetic ones of tests/tokenizer/
+ * (lstrip/rstrip/single_word, normalized added tokens, Metaspace, Split modes) */
+static const char *const names[] = { "mistral", "llama3", "qwen3", "gemma3", "bytelevel", "metaspace", "splits" };
+#define N_TOK 7
+#define N_FIXTURE 4
 
 /* Loaded once per process: libFuzzer's harness has no context pointer. */
 static struct tokenizer *toks[N_TOK];
@@ -37,13 +41,21 @@ static void load_all(void)
 	const char *root = getenv("AORTA_FIXTURES");
 	if (!root)
 		root = "/work/shared/fixtures";
+	const char *src = getenv("AORTA_SOURCE_ROOT");
+	if (!src)
+		src = ".";
 	loaded = 0;
 	for (int i = 0; i < N_TOK; i++) {
 		char j[1024], c[1024];
-		snprintf(j, sizeof j, "%s/tokenizers/%s/tokenizer.json", root, names[i]);
-		snprintf(c, sizeof c, "%s/tokenizers/%s/tokenizer_config.json", root, names[i]);
+		if (i < N_FIXTURE) {
+			snprintf(j, sizeof j, "%s/tokenizers/%s/tokenizer.json", root, names[i]);
+			snprintf(c, sizeof c, "%s/tokenizers/%s/tokenizer_config.json", root, names[i]);
+		} else {
+			snprintf(j, sizeof j, "%s/tests/tokenizer/synthetic/%s.json", src, names[i]);
+			c[0] = 0;
+		}
 		struct diag d;
-		if (access(j, R_OK) == 0 && tok_load_json(j, c, &toks[i], &d) == 0)
+		if (access(j, R_OK) == 0 && tok_load_json(j, c[0] ? c : NULL, &toks[i], &d) == 0)
 			loaded = 1;
 		else
 			toks[i] = NULL;

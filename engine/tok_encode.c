@@ -1,8 +1,7 @@
 /* engine/tok_encode.c — text -> ids, the way Hugging Face `tokenizers` does it:
  * added tokens are split out of the raw text first (leftmost-longest, with
  * lstrip/rstrip/single_word), each remaining segment is normalized,
- * pre-tokenized into words, and each word goes through BPE (merge ranks from
- * tokenizer.json, or SentencePiece scores from a GGUF "llama" vocabulary).
+ * pre-tokenized into words, and each word goes through BPE (tok_bpe.c).
  * All scratch lives in struct enc on the caller's stack: the tokenizer is
  * shared read-only between threads. Tests: tests/tokenizer/test_tokenizer.c.
  */
@@ -36,17 +35,6 @@ static int spans_push(struct spans *s, uint32_t off, uint32_t len)
 	return 0;
 }
 
-struct heap_ent {
-	uint64_t key; /* priority: smaller first; low 32 bits are the left position */
-	uint32_t aux; /* BPE: id of the merged token; SPM: byte length of the pair */
-};
-
-struct sym {
-	int32_t id;
-	uint32_t off, len; /* bytes of the word (SPM) */
-	int32_t prev, next;
-};
-
 /* word cache: piece text -> ids, for one call (long inputs repeat words) */
 struct wcache {
 	uint32_t *slots; /* entry index + 1 */
@@ -69,338 +57,17 @@ struct enc {
 	struct buf pt;	   /* pre-tokenizer text when a step rewrites it */
 	struct spans pieces, tmp;
 	pcre2_match_data *md;
-	struct sym *sym;
-	size_t cap_sym;
-	struct heap_ent *heap;
-	size_t cap_heap;
-	struct buf mapped; /* byte-level mapped word (ignore_merges lookups) */
+	struct tok_bpe_scratch bpe;
 	struct wcache wc;
 	bool use_cache;
 	unsigned flags; /* TOK_PARSE_SPECIAL */
 };
 
-static int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id)
-{
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 64;
-		int32_t *p = realloc(*ids, c * sizeof(int32_t));
-		if (!p)
-			return ERR_NOMEM;
-		*ids = p;
-		*cap = c;
-	}
-	(*ids)[(*n)++] = id;
-	return 0;
-}
-
-/* ---- BPE ---- */
-
-static void heap_push(struct heap_ent *h, size_t *n, struct heap_ent e)
-{
-	size_t i = (*n)++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (h[p].key <= e.key)
-			break;
-		h[i] = h[p];
-		i = p;
-	}
-	h[i] = e;
-}
-
-static struct heap_ent heap_pop(struct heap_ent *h, size_t *n)
-{
-	struct heap_ent top = h[0], last = h[--*n];
-	size_t i = 0, m = *n;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= m)
-			break;
-		if (c + 1 < m && h[c + 1].key < h[c].key)
-			c++;
-		if (last.key <= h[c].key)
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	if (m > 0)
-		h[i] = last;
-	return top;
-}
-
-/* Descending float score -> ascending u32 (bigger score pops first). */
-static uint32_t score_key(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-	return ~u;
-}
-
-static int ensure_scratch(struct enc *e, size_t n)
-{
-	if (n + 1 > e->cap_sym) {
-		size_t c = n + 64;
-		struct sym *s = realloc(e->sym, c * sizeof(*s));
-		if (!s)
-			return ERR_NOMEM;
-		e->sym = s;
-		e->cap_sym = c;
-	}
-	/* each merge pushes at most two entries; initial pairs n */
-	size_t hc;
-	if (ck_mul(n + 1, 3, &hc))
-		return ERR_OVERFLOW;
-	if (hc > e->cap_heap) {
-		struct heap_ent *h = realloc(e->heap, hc * sizeof(*h));
-		if (!h)
-			return ERR_NOMEM;
-		e->heap = h;
-		e->cap_heap = hc;
-	}
-	return 0;
-}
-
-/* Can symbols a and b merge? Fills the heap entry. */
-static bool pair_entry(const struct tokenizer *t, const char *w, const struct sym *a, const struct sym *b,
-		       int32_t pos, struct heap_ent *out)
-{
-	if (t->model == TOK_MODEL_BPE) {
-		uint64_t v;
-		if (a->id < 0 || b->id < 0)
-			return false;
-		if (!tok_u64map_get(&t->merges, (uint64_t)a->id << 32 | (uint32_t)b->id, &v))
-			return false;
-		out->key = (v & 0xFFFFFFFF00000000ull) | (uint32_t)pos;
-		out->aux = (uint32_t)v;
-		return true;
-	}
-	int32_t id = tok_strmap_get(t, &t->vocab, w + a->off, (size_t)a->len + b->len);
-	if (id < 0 || t->scores[id] == -INFINITY) /* -inf: never the result of a merge */
-		return false;
-	out->key = (uint64_t)score_key(t->scores[id]) << 32 | (uint32_t)pos;
-	out->aux = a->len + b->len;
-	return true;
-}
-
-/* Initial symbols of a word. Byte-mapped words start from one symbol per
- * byte; others from one per character, with byte fallback or unk. */
-static int init_symbols(struct enc *e, const char *w, size_t n, bool byte_mapped, size_t *n_sym)
-{
-	const struct tokenizer *t = e->t;
-	size_t k = 0;
-	if (byte_mapped) {
-		for (size_t i = 0; i < n; i++)
-			e->sym[k++] = (struct sym){ t->bl_id[(unsigned char)w[i]], (uint32_t)i, 1, 0, 0 };
-		*n_sym = k;
-		return 0;
-	}
-	int32_t unk_pending = -1;
-	uint32_t unk_off = 0, unk_len = 0;
-	size_t i = 0;
-	while (i < n) {
-		size_t cl = tok_utf8_valid_len((const unsigned char *)w + i, n - i);
-		if (!cl)
-			cl = 1;
-		int32_t id = tok_strmap_get(t, &t->vocab, w + i, cl);
-		if (t->model == TOK_MODEL_SPM) {
-			/* SentencePiece merges text; unknown chars resolve at the end */
-			e->sym[k++] = (struct sym){ id, (uint32_t)i, (uint32_t)cl, 0, 0 };
-			i += cl;
-			continue;
-		}
-		if (id >= 0) {
-			if (unk_pending >= 0) {
-				e->sym[k++] = (struct sym){ unk_pending, unk_off, unk_len, 0, 0 };
-				unk_pending = -1;
-			}
-			e->sym[k++] = (struct sym){ id, (uint32_t)i, (uint32_t)cl, 0, 0 };
-			i += cl;
-			continue;
-		}
-		if (t->byte_fallback) {
-			bool all = true;
-			for (size_t j = 0; j < cl; j++)
-				all = all && t->byte_tok[(unsigned char)w[i + j]] >= 0;
-			if (all) {
-				/* HF does not flush a pending unk here; it stays pending */
-				for (size_t j = 0; j < cl; j++)
-					e->sym[k++] = (struct sym){ t->byte_tok[(unsigned char)w[i + j]],
-								    (uint32_t)(i + j), 1, 0, 0 };
-				i += cl;
-				continue;
-			}
-		}
-		if (t->unk_id >= 0) {
-			if (unk_pending >= 0 && t->fuse_unk) {
-				unk_len += (uint32_t)cl;
-			} else {
-				if (unk_pending >= 0)
-					e->sym[k++] = (struct sym){ unk_pending, unk_off, unk_len, 0, 0 };
-				unk_pending = t->unk_id;
-				unk_off = (uint32_t)i;
-				unk_len = (uint32_t)cl;
-			}
-		}
-		i += cl;
-	}
-	if (unk_pending >= 0)
-		e->sym[k++] = (struct sym){ unk_pending, unk_off, unk_len, 0, 0 };
-	*n_sym = k;
-	return 0;
-}
-
-/* SPM: a final symbol whose text is not a token becomes its bytes. */
-static int spm_emit(struct enc *e, const char *w, const struct sym *s, int32_t **ids, size_t *n, size_t *cap)
-{
-	const struct tokenizer *t = e->t;
-	int32_t id = tok_strmap_get(t, &t->vocab, w + s->off, s->len);
-	if (id >= 0)
-		return ids_push(ids, n, cap, id);
-	for (uint32_t j = 0; j < s->len; j++) {
-		int32_t b = t->byte_tok[(unsigned char)w[s->off + j]];
-		if (b < 0)
-			b = t->unk_id;
-		if (b >= 0 && ids_push(ids, n, cap, b))
-			return ERR_NOMEM;
-	}
-	return 0;
-}
-
-/* Short words: keep each adjacent pair's priority in an array and scan it for
- * the best (same order as the heap: lowest key = best rank, then leftmost),
- * recomputing only the two pairs a merge changes. */
-#define SMALL_WORD 48
-
-static void bpe_small(const struct tokenizer *t, const char *w, struct sym *s, size_t ns)
-{
-	uint64_t key[SMALL_WORD];
-	uint32_t aux[SMALL_WORD];
-	struct heap_ent he;
-	for (size_t i = 0; i < ns; i++) {
-		bool ok = i + 1 < ns && pair_entry(t, w, &s[i], &s[i + 1], (int32_t)i, &he);
-		key[i] = ok ? he.key : UINT64_MAX;
-		aux[i] = ok ? he.aux : 0;
-	}
-	for (;;) {
-		uint64_t best = UINT64_MAX;
-		int32_t bi = -1;
-		for (int32_t i = 0; i >= 0; i = s[i].next)
-			if (key[i] < best) {
-				best = key[i];
-				bi = i;
-			}
-		if (bi < 0)
-			break;
-		struct sym *a = &s[bi], *b = &s[a->next];
-		if (t->model == TOK_MODEL_BPE)
-			a->id = (int32_t)aux[bi];
-		a->len += b->len;
-		b->len = 0;
-		a->next = b->next;
-		if (b->next >= 0)
-			s[b->next].prev = bi;
-		bool ok = a->next >= 0 && pair_entry(t, w, a, &s[a->next], bi, &he);
-		key[bi] = ok ? he.key : UINT64_MAX;
-		aux[bi] = ok ? he.aux : 0;
-		if (a->prev >= 0) {
-			int32_t p = a->prev;
-			ok = pair_entry(t, w, &s[p], a, p, &he);
-			key[p] = ok ? he.key : UINT64_MAX;
-			aux[p] = ok ? he.aux : 0;
-		}
-	}
-}
-
-static int bpe_word(struct enc *e, const char *w, size_t n, bool byte_mapped, int32_t **ids, size_t *n_ids,
-		    size_t *cap)
-{
-	const struct tokenizer *t = e->t;
-	if (n == 0)
-		return 0;
-	if (t->ignore_merges) {
-		int32_t id;
-		if (byte_mapped) {
-			buf_clear(&e->mapped);
-			for (size_t i = 0; i < n; i++) {
-				char u[4];
-				size_t k = tok_utf8_encode(tok_byte_to_cp((uint8_t)w[i]), u);
-				if (buf_append(&e->mapped, u, k))
-					return ERR_NOMEM;
-			}
-			id = tok_strmap_get(t, &t->vocab, e->mapped.data, e->mapped.len);
-		} else {
-			id = tok_strmap_get(t, &t->vocab, w, n);
-		}
-		if (id >= 0)
-			return ids_push(ids, n_ids, cap, id);
-	}
-	int rc = ensure_scratch(e, n * 4);
-	if (rc)
-		return rc;
-	size_t ns;
-	if ((rc = init_symbols(e, w, n, byte_mapped, &ns)))
-		return rc;
-	struct sym *s = e->sym;
-	for (size_t i = 0; i < ns; i++) {
-		s[i].prev = (int32_t)i - 1;
-		s[i].next = i + 1 < ns ? (int32_t)i + 1 : -1;
-	}
-	if (ns <= SMALL_WORD) {
-		bpe_small(t, w, s, ns);
-		goto emit;
-	}
-	size_t hn = 0;
-	for (size_t i = 0; i + 1 < ns; i++) {
-		struct heap_ent he;
-		if (pair_entry(t, w, &s[i], &s[i + 1], (int32_t)i, &he))
-			heap_push(e->heap, &hn, he);
-	}
-	while (hn > 0) {
-		struct heap_ent top = heap_pop(e->heap, &hn);
-		int32_t pos = (int32_t)(uint32_t)top.key;
-		struct sym *a = &s[pos];
-		if (a->len == 0 || a->next < 0)
-			continue;
-		struct sym *b = &s[a->next];
-		/* stale entry? the pair must still produce the same token */
-		if (t->model == TOK_MODEL_BPE) {
-			uint64_t v;
-			if (!tok_u64map_get(&t->merges, (uint64_t)a->id << 32 | (uint32_t)b->id, &v) ||
-			    (uint32_t)v != top.aux)
-				continue;
-			a->id = (int32_t)top.aux;
-		} else if (a->len + b->len != top.aux) {
-			continue;
-		}
-		a->len += b->len;
-		b->len = 0;
-		a->next = b->next;
-		if (b->next >= 0)
-			s[b->next].prev = pos;
-		struct heap_ent he;
-		if (a->prev >= 0 && pair_entry(t, w, &s[a->prev], a, a->prev, &he))
-			heap_push(e->heap, &hn, he);
-		if (a->next >= 0 && pair_entry(t, w, a, &s[a->next], pos, &he))
-			heap_push(e->heap, &hn, he);
-	}
-emit:
-	for (int32_t i = ns ? 0 : -1; i >= 0; i = s[i].next) {
-		if (t->model == TOK_MODEL_SPM)
-			rc = spm_emit(e, w, &s[i], ids, n_ids, cap);
-		else if (s[i].id >= 0)
-			rc = ids_push(ids, n_ids, cap, s[i].id);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
 /* One word through the per-call cache. */
 static int word_ids(struct enc *e, const char *w, size_t n, bool byte_mapped)
 {
 	if (!e->use_cache || n > 64)
-		return bpe_word(e, w, n, byte_mapped, &e->ids, &e->n, &e->cap);
+		return tok_bpe_word(e->t, &e->bpe, w, n, byte_mapped, &e->ids, &e->n, &e->cap);
 	struct wcache *c = &e->wc;
 	uint64_t h = tok_hash(w, n);
 	size_t i = (size_t)h & c->mask;
@@ -408,14 +75,14 @@ static int word_ids(struct enc *e, const char *w, size_t n, bool byte_mapped)
 		size_t k = c->slots[i] - 1;
 		if (c->ent[k].h == h && c->ent[k].text_len == n && !memcmp(c->text.data + c->ent[k].text_off, w, n)) {
 			for (uint32_t j = 0; j < c->ent[k].n_ids; j++)
-				if (ids_push(&e->ids, &e->n, &e->cap, c->ids[c->ent[k].ids_off + j]))
+				if (tok_ids_push(&e->ids, &e->n, &e->cap, c->ids[c->ent[k].ids_off + j]))
 					return ERR_NOMEM;
 			return 0;
 		}
 		i = (i + 1) & c->mask;
 	}
 	size_t before = e->n;
-	int rc = bpe_word(e, w, n, byte_mapped, &e->ids, &e->n, &e->cap);
+	int rc = tok_bpe_word(e->t, &e->bpe, w, n, byte_mapped, &e->ids, &e->n, &e->cap);
 	if (rc || (c->n_ent + 1) * 2 > c->mask + 1)
 		return rc; /* cache full: just stop adding */
 	if (c->n_ent == c->cap_ent) {
@@ -430,7 +97,7 @@ static int word_ids(struct enc *e, const char *w, size_t n, bool byte_mapped)
 	if (buf_append(&c->text, w, n))
 		return ERR_NOMEM;
 	for (size_t j = before; j < e->n; j++)
-		if (ids_push(&c->ids, &c->n_ids, &c->cap_ids, e->ids[j]))
+		if (tok_ids_push(&c->ids, &c->n_ids, &c->cap_ids, e->ids[j]))
 			return ERR_NOMEM;
 	c->ent[c->n_ent].h = h;
 	c->ent[c->n_ent].text_off = (uint32_t)off;
@@ -888,7 +555,7 @@ static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, 
 		}
 		if (start > seg && (rc = fn(e, s + seg, start - seg, origin && seg == 0)))
 			return rc;
-		if ((rc = ids_push(&e->ids, &e->n, &e->cap, ad->id)))
+		if ((rc = tok_ids_push(&e->ids, &e->n, &e->cap, ad->id)))
 			return rc;
 		seg = end;
 	}
@@ -902,11 +569,9 @@ static void enc_deinit(struct enc *e)
 	buf_deinit(&e->nb[0]);
 	buf_deinit(&e->nb[1]);
 	buf_deinit(&e->pt);
-	buf_deinit(&e->mapped);
+	tok_bpe_scratch_free(&e->bpe);
 	free(e->pieces.v);
 	free(e->tmp.v);
-	free(e->sym);
-	free(e->heap);
 	free(e->wc.slots);
 	free(e->wc.ent);
 	buf_deinit(&e->wc.text);
@@ -947,12 +612,12 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, unsigned
 	}
 	if (!rc && (flags & TOK_ADD_SPECIAL))
 		for (int i = 0; i < t->n_pre && !rc; i++)
-			rc = ids_push(&e.ids, &e.n, &e.cap, t->pre_ids[i]);
+			rc = tok_ids_push(&e.ids, &e.n, &e.cap, t->pre_ids[i]);
 	if (!rc)
 		rc = split_added(&e, &t->trie, text ? text : "", len, true, encode_segment);
 	if (!rc && (flags & TOK_ADD_SPECIAL))
 		for (int i = 0; i < t->n_post && !rc; i++)
-			rc = ids_push(&e.ids, &e.n, &e.cap, t->post_ids[i]);
+			rc = tok_ids_push(&e.ids, &e.n, &e.cap, t->post_ids[i]);
 	if (!rc && !e.ids) {
 		e.ids = malloc(sizeof(int32_t));
 		if (!e.ids)

@@ -226,11 +226,26 @@ bool tok_utf8_incomplete_tail(const char *s, size_t n);
 size_t tok_utf8_decode(const char *s, uint32_t *cp);
 bool tok_is_whitespace(uint32_t cp);
 
+/* tok_bpe.c */
+struct tok_bpe_sym;
+struct tok_bpe_heap;
+/* Per-call BPE scratch: zero-initialise, free with tok_bpe_scratch_free. */
+struct tok_bpe_scratch {
+	struct tok_bpe_sym *sym;
+	size_t cap_sym;
+	struct tok_bpe_heap *heap;
+	size_t cap_heap;
+	struct buf mapped; /* byte-level mapped word (ignore_merges lookups) */
+};
+/* Append the ids of one word (w: its bytes; byte_mapped: byte-level vocab). */
+int tok_bpe_word(const struct tokenizer *t, struct tok_bpe_scratch *sc, const char *w, size_t n, bool byte_mapped,
+		 int32_t **ids, size_t *n_ids, size_t *cap);
+void tok_bpe_scratch_free(struct tok_bpe_scratch *sc);
+int tok_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id);
+
 /* tok_encode.c */
 /* Run the normalizer chain over s (appends to out). */
 int tok_normalize(const struct tokenizer *t, const char *s, size_t n, struct buf *out);
-int tok_bpe_word(const struct tokenizer *t, const char *w, size_t n, bool byte_mapped, int32_t **ids,
-		 size_t *n_ids, size_t *cap);
 
 /* tok_decode.c */
 int tok_decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, bool at_start,

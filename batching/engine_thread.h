@@ -14,10 +14,12 @@
  * calls opts.wake(opts.wake_arg) (the server passes uv_async_send, which
  * coalesces: drain with bat_poll_events until it returns 0).
  *
- * Events for one request, in order: TOKEN events (per choice index), one
+ * Events for one request, in order: TOKEN events (per choice index; one per
+ * generated token, EOS and stop tokens included, whose text is empty), one
  * FINISH per choice, then exactly one terminal event, DONE (usage and
  * timestamps) or ERROR (message). After the terminal event the request id is
- * forgotten. Cancelling (bat_cancel, e.g. the client went away) ends every
+ * forgotten. (Only if the engine thread runs out of memory can an event be
+ * dropped.) Cancelling (bat_cancel, e.g. the client went away) ends every
  * choice with finish "abort" and frees its KV blocks at the next step.
  *
  * Ownership: bat_submit copies the request (prompt, params and the strings

@@ -114,24 +114,27 @@ static void wmat_free(struct wmat *wm)
 /* sum_k |w_k x_k| and sum_k |w_k| * d_x(k) / 2 for every output. */
 static void bounds(const struct kmat *w, const float *x, int m, double *abs_dot, double *q_err)
 {
-	float *row = malloc((size_t)w->cols * sizeof(float));
-	int8_t *xq = malloc((size_t)w->cols);
-	float *xd = malloc((size_t)(w->cols / 32 + 1) * sizeof(float));
+	const int64_t n = w->cols, nb = n / 32 + 1;
+	float *row = malloc((size_t)n * sizeof(float));
+	int8_t *xq = malloc((size_t)n);
+	float *xd = malloc((size_t)(m * nb) * sizeof(float)); /* per X row */
 	for (int j = 0; j < m; j++) {
-		const float *xj = x + (int64_t)j * w->cols;
 		if (w->dtype == DT_Q8_0)
-			kcpu_quantize_act_q8_0(xj, w->cols, xq, xd);
+			kcpu_quantize_act_q8_0(x + (int64_t)j * n, n, xq, xd + j * nb);
 		else if (w->dtype == DT_I8)
-			kcpu_quantize_act_i8(xj, w->cols, xq, xd);
-		for (int64_t r = 0; r < w->rows; r++) {
-			kcpu_dequant_row(w, r, row);
+			kcpu_quantize_act_i8(x + (int64_t)j * n, n, xq, xd + j * nb);
+	}
+	for (int64_t r = 0; r < w->rows; r++) {
+		kcpu_dequant_row(w, r, row);
+		for (int j = 0; j < m; j++) {
+			const float *xj = x + (int64_t)j * n, *dj = xd + j * nb;
 			double a = 0, e = 0;
-			for (int64_t k = 0; k < w->cols; k++) {
+			for (int64_t k = 0; k < n; k++) {
 				a += fabs((double)row[k] * xj[k]);
 				if (w->dtype == DT_Q8_0)
-					e += fabs(row[k]) * xd[k / 32] / 2;
+					e += fabs(row[k]) * dj[k / 32] / 2;
 				else if (w->dtype == DT_I8)
-					e += fabs(row[k]) * xd[0] / 2;
+					e += fabs(row[k]) * dj[0] / 2;
 			}
 			abs_dot[(int64_t)j * w->rows + r] = a;
 			q_err[(int64_t)j * w->rows + r] = e;
@@ -213,7 +216,10 @@ START_TEST(test_sweep)
 				if (m > 1) /* an all-zero row: zero activation scales */
 					memset(x + cols, 0, (size_t)cols * sizeof(float));
 				kcpu_matmul_ref(&wm.k, x, m, ref);
-				kcpu_matmul_ref_xq(&wm.k, x, m, refq);
+				if (is_int)
+					kcpu_matmul_ref_xq(&wm.k, x, m, refq);
+				else /* ref_xq is the float reference for these */
+					memcpy(refq, ref, ny * sizeof(float));
 				bounds(&wm.k, x, m, ad, qe);
 				for (int isa = KCPU_ISA_SCALAR; isa < KCPU_ISA__COUNT; isa++) {
 					if (!kcpu_isa_supported((enum kcpu_isa)isa))

@@ -10,6 +10,7 @@
  * random pool: timing does not depend on the values).
  * Decode sequences attend over a KV context of --decode-ctx positions that
  * was not prefilled (zeros): the cost is the same, and the run stays short.
+ * Smoke-tested by tests/engine/meson.build (bench_engine_smoke).
  */
 #include <math.h>
 #include <stdio.h>

@@ -336,7 +336,8 @@ struct bench_conn {
 	uv_connect_t connect;
 	uv_write_t write;
 	struct bench_pool *pool;
-	struct bench_conn *prev, *next; /* idle list */
+	struct bench_conn *prev, *next; /* in the pool's idle or busy list */
+	struct bench_conn **list;       /* which one (NULL: neither) */
 	int state;
 	int n_open;   /* handles not yet closed */
 	bool reading; /* uv_read_start done (stays on while idle, to see a close) */
@@ -354,27 +355,40 @@ struct bench_conn {
 	char rbuf[16384];
 };
 
+/* Move c to the list at head (NULL: out of both lists). */
+static void conn_list_set(struct bench_conn *c, struct bench_conn **head)
+{
+	struct bench_pool *p = c->pool;
+	if (c->list) {
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			*c->list = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		p->n_idle -= c->list == &p->idle;
+	}
+	c->prev = c->next = NULL;
+	c->list = head;
+	if (head) {
+		c->next = *head;
+		if (*head)
+			(*head)->prev = c;
+		*head = c;
+		p->n_idle += head == &p->idle;
+	}
+}
+
 static void idle_push(struct bench_pool *p, struct bench_conn *c)
 {
 	c->state = CS_IDLE;
-	c->prev = NULL;
-	c->next = p->idle;
-	if (p->idle)
-		p->idle->prev = c;
-	p->idle = c;
-	p->n_idle++;
+	conn_list_set(c, &p->idle);
 }
 
 static void idle_remove(struct bench_pool *p, struct bench_conn *c)
 {
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		p->idle = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->prev = c->next = NULL;
-	p->n_idle--;
+	(void)p;
+	conn_list_set(c, NULL);
 }
 
 static void conn_on_close(uv_handle_t *h)
@@ -392,8 +406,7 @@ static void conn_close(struct bench_conn *c)
 {
 	if (c->state == CS_CLOSED)
 		return;
-	if (c->state == CS_IDLE)
-		idle_remove(c->pool, c);
+	conn_list_set(c, NULL);
 	c->state = CS_CLOSED;
 	uv_close((uv_handle_t *)&c->tcp, conn_on_close);
 	uv_close((uv_handle_t *)&c->timer, conn_on_close);
@@ -467,6 +480,7 @@ static bool conn_retry(struct bench_conn *c)
 		return false;
 	}
 	n->retried = true;
+	conn_list_set(n, &c->pool->busy);
 	uv_timer_stop(&c->timer);
 	conn_close(c);
 	return true;
@@ -621,8 +635,10 @@ int bench_pool_request(struct bench_pool *p, const char *req, size_t len, uint64
 			return rc;
 		}
 		c->reused = true;
-		if (conn_send(c) == 0)
+		if (conn_send(c) == 0) {
+			conn_list_set(c, &p->busy);
 			return 0;
+		}
 		uv_timer_stop(&c->timer);
 		conn_close(c); /* broken while idle: try the next one */
 	}
@@ -638,6 +654,7 @@ int bench_pool_request(struct bench_pool *p, const char *req, size_t len, uint64
 		conn_close(c);
 		return rc == ERR_NOMEM ? rc : ERR_IO;
 	}
+	conn_list_set(c, &p->busy);
 	return 0;
 }
 
@@ -645,4 +662,15 @@ void bench_pool_close_idle(struct bench_pool *p)
 {
 	while (p->idle)
 		conn_close(p->idle);
+}
+
+void bench_pool_cancel(struct bench_pool *p, int kind)
+{
+	/* conn_end_request takes each off the busy list (it closes or idles it). */
+	while (p->busy) {
+		struct bench_conn *c = p->busy;
+		conn_end_request(c, kind, false);
+		if (p->busy == c)
+			conn_close(c); /* not carrying a request after all */
+	}
 }

@@ -98,6 +98,7 @@ struct bench_pool {
 	struct sockaddr_storage addr;
 	bool keep_alive;
 	struct bench_conn *idle; /* doubly linked list of idle connections */
+	struct bench_conn *busy; /* connections carrying a request */
 	int n_idle;
 	int n_connects; /* connections opened so far */
 };
@@ -110,5 +111,8 @@ int bench_pool_request(struct bench_pool *p, const char *req, size_t len, uint64
                        size_t max_bytes, const struct bench_conn_cbs *cbs, void *ud);
 /* Close the idle connections (busy ones close when they finish). */
 void bench_pool_close_idle(struct bench_pool *p);
+/* End every request in flight now with `kind` (each on_done is called). The
+ * owner must not start new requests from those callbacks. */
+void bench_pool_cancel(struct bench_pool *p, int kind);
 
 #endif

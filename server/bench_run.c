@@ -6,6 +6,7 @@
  * tests/bench_serve/fake_openai.mjs in tests/bench_serve/test_bench_e2e.c. */
 #include <math.h>
 #include <netdb.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -39,6 +40,8 @@ struct req_state {
 struct run {
 	uv_loop_t loop;
 	uv_timer_t arrival_timer, progress_timer;
+	uv_signal_t sigint;
+	bool has_sigint, interrupted;
 	struct bench_pool pool;
 	bool progress_on;
 	const struct bench_config *c;
@@ -308,6 +311,8 @@ static void close_timers(struct run *r)
 		uv_close((uv_handle_t *)&r->arrival_timer, NULL);
 	if (!uv_is_closing((uv_handle_t *)&r->progress_timer))
 		uv_close((uv_handle_t *)&r->progress_timer, NULL);
+	if (r->has_sigint && !uv_is_closing((uv_handle_t *)&r->sigint))
+		uv_close((uv_handle_t *)&r->sigint, NULL);
 }
 
 static void on_done(void *ud, int kind, int status, bool reused)
@@ -376,7 +381,7 @@ static void start_request(struct run *r, int i)
 static void dispatch(struct run *r)
 {
 	int cap = r->c->max_concurrency;
-	if (r->dispatching)
+	if (r->dispatching || r->interrupted)
 		return;
 	r->dispatching = true;
 	while (r->n_started < r->n_arrived && (cap <= 0 || r->in_flight < cap))
@@ -410,6 +415,35 @@ static void on_arrival(uv_timer_t *t)
 		uv_timer_start(&r->arrival_timer, on_arrival, ms > 0 ? (uint64_t)ms : 0, 0);
 	}
 	dispatch(r); /* may finish the run (a failed start) and close the timers */
+}
+
+/* Ctrl-C: what was not sent stays unsent, what is in flight is cancelled, and
+ * the run ends with the results so far. */
+static void on_sigint(uv_signal_t *h, int signum)
+{
+	(void)signum;
+	struct run *r = h->data;
+	if (r->interrupted)
+		return;
+	r->interrupted = true;
+	int unsent = r->w->n - r->n_started;
+	fprintf(stderr, "%saorta bench: interrupted: cancelling %d in flight, %d not sent\n",
+	        r->progress_on ? "\r\033[K" : "", r->in_flight, unsent);
+	uv_timer_stop(&r->arrival_timer);
+	for (int i = r->n_started; i < r->w->n; i++) {
+		r->results[i].err = BENCH_E_NOT_SENT;
+		r->results[i].ttft_s = -1;
+	}
+	r->n_started = r->n_arrived = r->w->n;
+	r->n_done += unsent;
+	r->n_failed += unsent;
+	if (r->in_flight)
+		bench_pool_cancel(&r->pool, BENCH_E_CANCELLED); /* the last on_done ends the run */
+	else {
+		r->t_last_end_ns = clock_now_ns();
+		close_timers(r);
+		bench_pool_close_idle(&r->pool);
+	}
 }
 
 static void on_progress(uv_timer_t *t)
@@ -447,6 +481,12 @@ int bench_run(const struct bench_config *c, const struct bench_workload *w,
 	uv_timer_init(&r->loop, &r->arrival_timer);
 	uv_timer_init(&r->loop, &r->progress_timer);
 	r->arrival_timer.data = r->progress_timer.data = r;
+	if (c->handle_sigint && uv_signal_init(&r->loop, &r->sigint) == 0) {
+		r->sigint.data = r;
+		r->has_sigint = uv_signal_start(&r->sigint, on_sigint, SIGINT) == 0;
+		if (!r->has_sigint)
+			uv_close((uv_handle_t *)&r->sigint, NULL);
+	}
 	r->progress_on = c->progress && isatty(STDERR_FILENO);
 	r->t_begin_ns = clock_now_ns();
 	if (r->progress_on)

@@ -83,6 +83,7 @@ static void flags_defaults(struct bench_flags *f)
 	bench_config_defaults(&f->c);
 	f->c.request_rate = 0;
 	f->c.progress = true;
+	f->c.handle_sigint = true;
 	f->timeout_s = f->c.request_timeout_s;
 	f->max_response = f->c.max_response_bytes;
 }

@@ -42,6 +42,9 @@
  * `data: [DONE]` after at least one content chunk. Everything else is an error
  * counted by kind ("http_500", "http_429", "connect", "reset", "timeout",
  * "malformed", "too_large", "stream_error", "empty"), never a fast success.
+ * With handle_sigint (the commands set it), Ctrl-C ends the run at once: the
+ * requests in flight count as "cancelled", the rest as "not_sent", and the
+ * summary covers what finished.
  *
  * Workloads (prompts built without a tokenizer from a list of common English
  * words that are one token each in the usual BPE vocabularies, so a prompt of
@@ -105,6 +108,7 @@ struct bench_config {
 	bool keep_alive;           /* reuse connections (HTTP/1.1 keep-alive); default on */
 	bool progress;             /* live progress line on stderr */
 	bool save_detailed;        /* JSON: each request's ITL samples too */
+	bool handle_sigint;        /* SIGINT ends the run early, with a summary */
 };
 
 void bench_config_defaults(struct bench_config *c);
@@ -137,6 +141,8 @@ enum bench_err {
 	BENCH_E_TOO_LARGE, /* response over max_response_bytes */
 	BENCH_E_STREAM,    /* the stream carried an "error" object */
 	BENCH_E_EMPTY,     /* 200 and [DONE] but no content */
+	BENCH_E_CANCELLED, /* in flight when the run was interrupted (SIGINT) */
+	BENCH_E_NOT_SENT,  /* not yet sent when the run was interrupted */
 	BENCH_E__COUNT
 };
 

@@ -76,6 +76,8 @@ static const char *const err_names[BENCH_E__COUNT] = {
     [BENCH_E_TOO_LARGE] = "too_large",
     [BENCH_E_STREAM] = "stream_error",
     [BENCH_E_EMPTY] = "empty",
+    [BENCH_E_CANCELLED] = "cancelled",
+    [BENCH_E_NOT_SENT] = "not_sent",
 };
 
 const char *bench_err_key(const struct bench_result *r, char *buf, size_t cap)

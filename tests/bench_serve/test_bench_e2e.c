@@ -9,6 +9,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,33 @@ START_TEST(test_mixed_failures_and_404)
 }
 END_TEST
 
+static void *sigint_later(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	kill(getpid(), SIGINT);
+	return NULL;
+}
+
+START_TEST(test_interrupt)
+{
+	struct bench_config c;
+	config(&c, "fake-int?ttft=5000", 10, 4, 3);
+	c.max_concurrency = 3;
+	c.handle_sigint = true;
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, sigint_later, NULL), 0);
+	struct bench_summary s;
+	struct bench_result *r = run(&c, &s);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(s.n_ok, 0);
+	ck_assert_int_eq(err_count(&s, "cancelled"), 3);
+	ck_assert_int_eq(err_count(&s, "not_sent"), 7);
+	ck_assert_msg(s.duration_s < 3.0, "took %.2f s", s.duration_s); /* not the 5 s TTFT */
+	free_run(r, 10);
+}
+END_TEST
+
 START_TEST(test_connect_refused)
 {
 	/* a port nobody listens on: bind one, read its number, close it */
@@ -524,6 +552,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, test_failures_by_kind);
 	tcase_add_test(tc, test_mixed_failures_and_404);
 	tcase_add_test(tc, test_connect_refused);
+	tcase_add_test(tc, test_interrupt);
 	tcase_add_test(tc, test_commands);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

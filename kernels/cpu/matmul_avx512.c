@@ -344,9 +344,12 @@ INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *
 			_mm_prefetch(addr_plus(p, (size_t)(NW * nb) * sizeof *p), _MM_HINT_T0);
 			wv[i] = load_q8_pair(p, two);
 			corr[i] = _mm512_dpbusd_epi32(zero, c80, wv[i]);
-			__m256 d0 = _mm256_set1_ps(_cvtsh_ss(p[0].d));
-			__m256 d1 = two ? _mm256_set1_ps(_cvtsh_ss(p[1].d)) : _mm256_setzero_ps();
-			dw[i] = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+			/* both F16 scales in one register, converted together and
+			 * spread to lanes 0-7 / 8-15 */
+			__m128i dh = _mm_cvtsi32_si128(p[0].d);
+			if (two)
+				dh = _mm_insert_epi16(dh, (short)p[1].d, 1);
+			dw[i] = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(_mm_cvtph_ps(dh)));
 		}
 		const __mmask64 xm = two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu;
 #pragma GCC unroll 4

@@ -66,6 +66,8 @@ static int value(struct buf *o, double v)
 	if (isinf(v))
 		return buf_append_str(o, v > 0 ? "+Inf" : "-Inf");
 	char tmp[40];
+	if (v == floor(v) && fabs(v) < 9007199254740992.0) /* counts: plain digits, not 3e+01 */
+		return buf_printf(o, "%.0f", v);
 	for (int prec = 1; prec <= 17; prec++) {
 		snprintf(tmp, sizeof tmp, "%.*g", prec, v);
 		if (strtod(tmp, NULL) == v)

@@ -55,8 +55,9 @@ struct srv_session {
 	bool failed;   /* an ERROR event arrived; answer once every sub is over */
 	bool answered; /* an error was sent before generation: nothing more to send */
 	struct api_error fail;
-	struct api_completion_req creq;
-	struct api_chat_req chreq;
+	struct api_completion_req creq; /* when parsed && !chat */
+	struct api_chat_req chreq;	/* when parsed && chat */
+	bool parsed;
 	const struct api_sampling *samp;
 	bool has_max_tokens;
 	int32_t max_tokens;
@@ -112,9 +113,9 @@ static void session_free(struct srv_session *x)
 	free(x->stops);
 	buf_deinit(&x->chat_text);
 	buf_deinit(&x->out);
-	if (x->chat)
+	if (x->parsed && x->chat)
 		api_chat_req_free(&x->chreq);
-	else
+	else if (x->parsed)
 		api_completion_req_free(&x->creq);
 	free(x);
 }
@@ -601,11 +602,16 @@ static void tokenize_done(uv_work_t *w, int status)
 		start_stream(x);
 }
 
+/* A new session for r, or NULL after answering 503 (out of memory). */
 static struct srv_session *session_new(struct srv *s, struct http_req *r, bool chat)
 {
 	struct srv_session *x = calloc(1, sizeof *x);
-	if (!x)
+	if (!x) {
+		struct api_error e;
+		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
+		srv_respond_error(s, r, &e);
 		return NULL;
+	}
 	x->s = s;
 	x->r = r;
 	x->chat = chat;
@@ -676,21 +682,16 @@ static void session_start(struct srv_session *x, const char *model)
 void gen_handle_completion(struct srv *s, struct http_req *r)
 {
 	struct srv_session *x = session_new(s, r, false);
-	struct api_error e;
-	if (!x) {
-		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
-		srv_respond_error(s, r, &e);
+	if (!x)
 		return;
-	}
+	struct api_error e;
 	size_t len;
 	const char *body = http_req_body(r, &len);
 	if (api_parse_completion(body, len, &s->limits, &x->creq, &e)) {
-		/* creq is left freed: make session_free's call harmless */
-		memset(&x->creq, 0, sizeof x->creq);
-		arena_init(&x->creq.arena, 0);
 		early_error(x, &e);
 		return;
 	}
+	x->parsed = true;
 	if (x->creq.echo && x->creq.logprobs >= 0) {
 		api_error_set(&e, ERR_UNSUPPORTED, 400, NULL, "echo", NULL,
 			      "echo together with logprobs (prompt logprobs) is not supported");
@@ -714,20 +715,16 @@ void gen_handle_completion(struct srv *s, struct http_req *r)
 void gen_handle_chat(struct srv *s, struct http_req *r)
 {
 	struct srv_session *x = session_new(s, r, true);
-	struct api_error e;
-	if (!x) {
-		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
-		srv_respond_error(s, r, &e);
+	if (!x)
 		return;
-	}
+	struct api_error e;
 	size_t len;
 	const char *body = http_req_body(r, &len);
 	if (api_parse_chat(body, len, &s->limits, &x->chreq, &e)) {
-		memset(&x->chreq, 0, sizeof x->chreq);
-		arena_init(&x->chreq.arena, 0);
 		early_error(x, &e);
 		return;
 	}
+	x->parsed = true;
 	bool has_bos = false;
 	if (api_chat_render(&s->tmpl, x->chreq.msgs, x->chreq.n_msgs, true, &x->chat_text, &has_bos,
 			    &e)) {

@@ -120,7 +120,11 @@ static void job_qkv_post(void *p, int ith, int nth)
 
 /* Work items are (row, kv head) pairs, each covering the kv head's group of
  * query heads, handed out round-robin: in a prefill chunk later rows see
- * longer contexts, so contiguous ranges would be unbalanced. */
+ * longer contexts, so contiguous ranges would be unbalanced. When there are
+ * fewer such items than workers (small decode batches) each query head is
+ * its own item instead, so every worker has a share of the cache to read.
+ * Each head's result does not depend on how heads are grouped (the kernels
+ * compute heads independently), so this choice keeps batch invariance. */
 static void job_attention(void *p, int ith, int nth)
 {
 	struct fwd *f = p;
@@ -139,18 +143,20 @@ static void job_attention(void *p, int ith, int nth)
 		.head_dim = hd,
 		.scale = 1.0f / sqrtf((float)hd),
 	};
-	const long n_items = (long)f->b->n_tokens * c->n_kv_heads;
+	const int per_item = (long)f->b->n_tokens * c->n_kv_heads < nth ? 1 : group;
+	const int items_per_row = c->n_heads / per_item;
+	const long n_items = (long)f->b->n_tokens * items_per_row;
 	for (long it = ith; it < n_items; it += nth) {
-		long r = it / c->n_kv_heads;
-		int kvh = (int)(it % c->n_kv_heads);
+		long r = it / items_per_row;
+		int h0 = (int)(it % items_per_row) * per_item; /* first query head */
 		int s = f->row_seq[r];
-		size_t off = r * (size_t)q_dim + (size_t)kvh * group * hd;
+		size_t off = r * (size_t)q_dim + (size_t)h0 * hd;
 		a.q = cb->q + off;
 		a.out = cb->attn + off;
 		a.block_table = f->b->block_tables + (size_t)s * f->b->max_blocks_per_seq;
 		a.n_ctx = f->b->positions[r] + 1; /* causal: up to and including itself */
-		a.kv_head = kvh;
-		kops_attn_group(cb->isa, &a, group);
+		a.kv_head = h0 / group;
+		kops_attn_group(cb->isa, &a, per_item);
 	}
 }
 

@@ -17,6 +17,7 @@
 
 #define MAXT 128 /* tokens per test sequence */
 #define MAXB 32	 /* blocks per test sequence */
+#define MAXGEN 8 /* generated tokens whose logits a test sequence keeps */
 
 /* ---- a tiny scheduler: sequences, a shuffled block free list, steps -------- */
 
@@ -25,8 +26,7 @@ struct tseq {
 	int n_toks, n_prompt, ctx;
 	int32_t table[MAXB];
 	int n_blocks;
-	float last_logits_max; /* max |logit| of the first generated token */
-	float *first_logits;   /* [vocab] logits that produced the first generated token */
+	float *gen_logits; /* [MAXGEN][vocab]: logits that produced generated token g, or NULL */
 };
 
 struct tpool {
@@ -108,13 +108,10 @@ static int run_step(struct engine *e, struct tpool *p, const struct tstep *st, i
 			s->ctx = ctx[i];
 			if (ctx[i] != s->n_toks)
 				continue;
-			if (s->n_toks == s->n_prompt && s->first_logits) {
-				memcpy(s->first_logits, logits + (size_t)k * vocab, vocab * sizeof(float));
-				float mx = 0;
-				for (int v = 0; v < vocab; v++)
-					mx = fmaxf(mx, fabsf(logits[(size_t)k * vocab + v]));
-				s->last_logits_max = mx;
-			}
+			int g = s->n_toks - s->n_prompt;
+			if (s->gen_logits && g < MAXGEN)
+				memcpy(s->gen_logits + (size_t)g * vocab, logits + (size_t)k * vocab,
+				       vocab * sizeof(float));
 			ck_assert_int_lt(s->n_toks, MAXT);
 			s->toks[s->n_toks++] = next[k++];
 		}
@@ -172,17 +169,23 @@ static float max_rel_diff(const float *a, const float *b, int n)
 /* ---- tests ------------------------------------------------------------------- */
 
 /* Weight dtypes the invariance test runs with: F32 (float matmul), Q8_0
- * (the integer-dot path) and F16 with an F16 KV cache. */
-static const enum dtype inv_dtypes[] = { DT_F32, DT_Q8_0, DT_F16 };
+ * (the integer-dot path), F16 with an F16 KV cache, and F32 again with
+ * head_dim 64 (the SIMD attention kernels) on 3 workers, where a lone decode
+ * row splits attention per query head and larger steps per GQA group. */
+static const enum dtype inv_dtypes[] = { DT_F32, DT_Q8_0, DT_F16, DT_F32 };
 
 START_TEST(test_batch_invariance)
 {
 	struct model_config c;
 	tmodel_config_small(&c);
+	if (_i == 3)
+		c.head_dim = 64;
 	struct model *m = make_model(&c, inv_dtypes[_i], ROPE_STYLE_NEOX);
 	struct engine_opts o = default_opts();
 	if (inv_dtypes[_i] == DT_F16)
 		o.kv_dtype = DT_F16;
+	if (_i == 3)
+		o.n_threads = 3;
 	struct engine *e;
 	struct diag d = { 0 };
 	ck_assert_msg(engine_create(m, &o, &e, &d) == 0, "%s", d.msg);
@@ -191,15 +194,18 @@ START_TEST(test_batch_invariance)
 	enum { NS = 8, NGEN = 6 };
 	const int plen[NS] = { 5, 17, 40, 1, 23, 8, 33, 12 };
 	static struct tseq alone[NS], chunked[NS], batched[NS];
-	float *la = malloc((size_t)NS * c.vocab * 4), *lb = malloc((size_t)NS * c.vocab * 4);
+	const size_t per_seq = (size_t)MAXGEN * c.vocab;
+	float *la = calloc(NS * per_seq, 4), *lb = calloc(NS * per_seq, 4),
+	      *lc = calloc(NS * per_seq, 4);
 	for (int i = 0; i < NS; i++) {
 		tseq_init(&alone[i], NULL, plen[i], c.vocab, i);
-		alone[i].first_logits = la + (size_t)i * c.vocab;
+		alone[i].gen_logits = la + i * per_seq;
 		run_alone(e, &p, &alone[i], 0, NGEN, c.vocab);
 		tseq_init(&chunked[i], NULL, plen[i], c.vocab, i);
+		chunked[i].gen_logits = lc + i * per_seq;
 		run_alone(e, &p, &chunked[i], 7, NGEN, c.vocab);
 		tseq_init(&batched[i], NULL, plen[i], c.vocab, i);
-		batched[i].first_logits = lb + (size_t)i * c.vocab;
+		batched[i].gen_logits = lb + i * per_seq;
 	}
 	/* Mixed steps: sequence i joins at step i, the budget is 24 tokens, so
 	 * prompts are split and prefill chunks share steps with decodes. */
@@ -233,12 +239,19 @@ START_TEST(test_batch_invariance)
 				      "seq %d token %d: one chunk %d chunked %d", i, t,
 				      alone[i].toks[t], chunked[i].toks[t]);
 		}
-		float rd = max_rel_diff(lb + (size_t)i * c.vocab, la + (size_t)i * c.vocab, c.vocab);
-		ck_assert_msg(rd <= 1e-5f, "%s: seq %d first-token logits differ by %g",
-			      dtype_name(inv_dtypes[_i]), i, rd);
+		/* the logits behind every generated token, not just the tokens */
+		for (int g = 0; g < NGEN; g++) {
+			const float *ra = la + i * per_seq + (size_t)g * c.vocab;
+			float rb = max_rel_diff(lb + i * per_seq + (size_t)g * c.vocab, ra, c.vocab);
+			float rc = max_rel_diff(lc + i * per_seq + (size_t)g * c.vocab, ra, c.vocab);
+			ck_assert_msg(rb <= 1e-5f && rc <= 1e-5f,
+				      "%s: seq %d token %d logits: batched differ by %g, chunked by %g",
+				      dtype_name(inv_dtypes[_i]), i, g, rb, rc);
+		}
 	}
 	free(la);
 	free(lb);
+	free(lc);
 	engine_destroy(e);
 	tmodel_destroy(m);
 }
@@ -502,13 +515,13 @@ START_TEST(test_copy_blocks)
 	ck_assert_int_eq(engine_copy_blocks(e, a.table, dst, a.n_blocks), 0);
 	memcpy(b.table, dst, sizeof(int32_t) * a.n_blocks);
 	float *la = malloc(c.vocab * 4), *lb = malloc(c.vocab * 4);
-	a.first_logits = NULL;
+	a.gen_logits = NULL;
 	/* decode one token on each; compare their logits */
 	struct tseq *pair[2] = { &a, &b };
 	float *outs[2] = { la, lb };
 	for (int k = 0; k < 2; k++) {
 		pair[k]->n_prompt = pair[k]->n_toks; /* the next token's logits count as "first" */
-		pair[k]->first_logits = outs[k];
+		pair[k]->gen_logits = outs[k]; /* only entry 0 is written */
 		struct tstep st = { .seq = { pair[k] }, .n_new = { 1 }, .n = 1 };
 		ck_assert_int_eq(run_step(e, &p, &st, c.vocab), 0);
 	}
@@ -545,7 +558,7 @@ int main(void)
 	tcase_add_test(tc, test_kv_block_bytes);
 	tcase_add_test(tc, test_copy_blocks);
 	tcase_add_test(tc, test_layouts_and_kv_dtype);
-	tcase_add_loop_test(tc, test_batch_invariance, 0, 3);
+	tcase_add_loop_test(tc, test_batch_invariance, 0, 4);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -15,6 +15,7 @@
  */
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common/checked.h"
@@ -91,7 +92,10 @@ static bool is_float_dtype(enum dtype t)
 
 static int check_args(const struct kmat *w, const float *x, int m, const float *y)
 {
-	if (!w || m < 0 || w->rows < 0 || w->cols <= 0)
+	/* Dimensions above 2^31 are rejected, so every product of a row
+	 * index and a row length below fits in int64 with room to spare. */
+	if (!w || m < 0 || w->rows < 0 || w->cols <= 0 || w->rows > INT32_MAX ||
+	    w->cols > INT32_MAX)
 		return ERR_INVAL;
 	if (!is_float_dtype(w->dtype) && w->dtype != DT_Q8_0 && w->dtype != DT_I8)
 		return ERR_INVAL;
@@ -481,8 +485,12 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 				rc = ck_mul(cols, (size_t)MM_TW * sizeof(float), &per_thread);
 		}
 	} else {
-		const bool packed = c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&
-				    (w->dtype == DT_Q8_0 || w->cols <= MM_I8_PACKED_MAX_K);
+		/* the packers gather 16 rows with int32 byte offsets */
+		const bool packed =
+			c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&
+			(w->dtype == DT_Q8_0 ? cols / Q8_0_BLOCK * sizeof(struct q8_0_block) * 16 <
+						       (size_t)INT32_MAX
+					     : w->cols <= MM_I8_PACKED_MAX_K);
 		fn = packed ? qgemm_worker : w->dtype == DT_Q8_0 ? q8_worker : i8_worker;
 		c.x_u8 = packed;
 		c.n_xd = w->dtype == DT_Q8_0 ? (int64_t)cols / Q8_0_BLOCK : 1;

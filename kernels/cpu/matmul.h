@@ -66,7 +66,8 @@ const char *kcpu_isa_name(enum kcpu_isa isa);
 enum kcpu_isa kcpu_isa_best(void);
 
 /* kcpu_matmul with an explicit path (tests and benchmarks compare them).
- * Returns 0, ERR_INVAL (bad shape, dtype or scale count; y untouched) or
+ * Returns 0, ERR_INVAL (bad shape, dtype or scale count, rows or cols above
+ * INT32_MAX; y untouched) or
  * ERR_UNSUPPORTED (isa not available here). Scratch memory comes from the
  * pool (kpool_reserve); with pool == NULL a one-thread pool is made for the
  * call. If scratch cannot be had (ERR_NOMEM), it falls back to a slow path

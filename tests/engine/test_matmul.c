@@ -303,6 +303,8 @@ START_TEST(test_bad_args)
 	ck_assert_int_eq(kcpu_matmul_isa(NULL, &wi, x, -1, y, KCPU_ISA_AUTO), ERR_INVAL);
 	ck_assert_int_eq(kcpu_matmul_isa(NULL, &wi, x, 1, y, (enum kcpu_isa)99), ERR_UNSUPPORTED);
 	ck_assert_int_eq(kcpu_matmul_isa(NULL, &wi, x, 1, y, KCPU_ISA_AUTO), 0);
+	struct kmat big = { DT_F32, 1, (int64_t)INT32_MAX + 1, x, NULL, 0 }; /* never read */
+	ck_assert_int_eq(kcpu_matmul_isa(NULL, &big, x, 1, y, KCPU_ISA_AUTO), ERR_INVAL);
 	ck_assert_str_eq(kcpu_isa_name(KCPU_ISA_SCALAR), "scalar");
 	ck_assert(kcpu_isa_supported(kcpu_isa_best()));
 }

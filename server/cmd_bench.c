@@ -543,7 +543,9 @@ static int bench_engine(int argc, char **argv)
 		       nth, bw, peak);
 
 	double ptps;
-	if ((rc = run_prefill(e, prompt, vocab, &ptps))) {
+	/* the first step faults in the activation buffers and KV pages: time the
+	 * second, the steady state a server sees */
+	if ((rc = run_prefill(e, prompt, vocab, &ptps)) || (rc = run_prefill(e, prompt, vocab, &ptps))) {
 		fprintf(stderr, "bench engine: prefill failed: %s\n", err_str(rc));
 	} else {
 		double gflops = 2.0 * step_weight_params(m) * ptps / 1e9;

@@ -241,8 +241,10 @@ static int cleanup(struct buf *s)
 	return 0;
 }
 
+/* do_cleanup: apply clean_up_tokenization_spaces when the config asks (the
+ * stream applies it itself, to the part it can emit). */
 static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, bool at_start,
-		     bool at_end, struct buf *out, bool *tail_open)
+		     bool at_end, struct buf *out, bool *tail_open, bool do_cleanup)
 {
 	bool open_dummy;
 	if (!tail_open)
@@ -277,7 +279,7 @@ static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, un
 		else if (buf_append(&text, tk(&a, i), a.v[i].len))
 			rc = ERR_NOMEM;
 	}
-	if (!rc && t->cleanup)
+	if (!rc && t->cleanup && do_cleanup)
 		rc = cleanup(&text);
 	if (!rc && text.len && buf_append(out, text.data, text.len))
 		rc = ERR_NOMEM;
@@ -292,12 +294,12 @@ static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, un
 int tok_decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, bool at_start,
 		  struct buf *out)
 {
-	return decode_ex(t, ids, n, flags, at_start, true, out, NULL);
+	return decode_ex(t, ids, n, flags, at_start, true, out, NULL, true);
 }
 
 int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, struct buf *out)
 {
-	return decode_ex(t, ids, n, flags, true, true, out, NULL);
+	return decode_ex(t, ids, n, flags, true, true, out, NULL, true);
 }
 
 /* ---- streaming ---- */
@@ -347,6 +349,14 @@ static size_t stable_len(const struct tokenizer *t, const char *s, size_t len, b
 				hold = stable - p < pl && !memcmp(s + p, cleanup_pat[k][0], stable - p);
 			}
 			if (hold) {
+				/* a replacement there removes spaces, and the text it
+				 * leaves can complete a pattern that starts further left
+				 * (" ' " + "s" -> " 's" -> "'s" eats the space before):
+				 * hold the run of pattern characters before it too. Each
+				 * of the 10 passes reaches at most 4 characters further. */
+				size_t lim = p > 40 ? p - 40 : 0;
+				while (p > lim && s[p - 1] && strchr(" .?!,'ntmsver", s[p - 1]))
+					p--;
 				stable = p;
 				break;
 			}
@@ -387,14 +397,26 @@ int tok_stream_push(struct tok_stream *s, int32_t id, struct buf *out)
 		return 0;
 	buf_clear(&s->scratch);
 	bool tail_open;
-	int rc = decode_ex(t, s->ids, s->n_ids, s->flags, s->at_start, false, &s->scratch, &tail_open);
+	int rc = decode_ex(t, s->ids, s->n_ids, s->flags, s->at_start, false, &s->scratch, &tail_open, false);
 	if (rc) {
 		s->n_ids--;
 		return rc;
 	}
+	/* the hold is decided on the text before clean-up; what is emitted is
+	 * the clean-up of the part before it, which no later text can reach */
 	const char *txt = s->scratch.data ? s->scratch.data : "";
 	size_t len = s->scratch.len, st = stable_len(t, txt, len, tail_open);
-	if (st > s->emitted) {
+	if (t->cleanup) {
+		s->scratch.len = st;
+		if ((rc = cleanup(&s->scratch)))
+			return rc;
+		txt = s->scratch.data ? s->scratch.data : "";
+		size_t cl = s->scratch.len;
+		if (cl > s->emitted && buf_append(out, txt + s->emitted, cl - s->emitted))
+			return ERR_NOMEM;
+		if (cl > s->emitted)
+			s->emitted = cl;
+	} else if (st > s->emitted) {
 		if (buf_append(out, txt + s->emitted, st - s->emitted))
 			return ERR_NOMEM;
 		s->emitted = st;
@@ -413,7 +435,7 @@ int tok_stream_finish(struct tok_stream *s, struct buf *out)
 	int rc = 0;
 	if (s->n_ids) {
 		buf_clear(&s->scratch);
-		rc = decode_ex(s->t, s->ids, s->n_ids, s->flags, s->at_start, true, &s->scratch, NULL);
+		rc = decode_ex(s->t, s->ids, s->n_ids, s->flags, s->at_start, true, &s->scratch, NULL, true);
 		if (!rc && s->scratch.len > s->emitted &&
 		    buf_append(out, s->scratch.data + s->emitted, s->scratch.len - s->emitted))
 			rc = ERR_NOMEM;

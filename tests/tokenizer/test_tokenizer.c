@@ -319,6 +319,56 @@ START_TEST(test_stream_invalid_bytes)
 }
 END_TEST
 
+/* Streaming with llama3's clean-up: every sequence of up to 4 pieces from a
+ * set built around the clean-up patterns (" ' " + "s" cascades into "'s")
+ * streams to exactly the whole decode. */
+START_TEST(test_stream_cleanup_exhaustive)
+{
+	struct tokenizer *t;
+	struct diag d;
+	ck_assert_msg(tt_load("llama3", &t, &d) == 0, "%s", d.msg);
+	static const char *const pieces[] = { "\xC4\xA0", "\xC4\xA0'", "\xC4\xA0s", "\xC4\xA0n", "'t", ".", "\xC4\xA0.",
+					      "'s", "'ve", "x", "'", "\xC4\xA0,", "ve" };
+	enum { NP = sizeof pieces / sizeof pieces[0] };
+	int32_t id[NP];
+	for (int i = 0; i < NP; i++) {
+		id[i] = tok_piece_id(t, pieces[i], strlen(pieces[i]));
+		ck_assert_msg(id[i] >= 0, "piece %d", i);
+	}
+	int bad = 0, total = 0;
+	struct buf w, s;
+	buf_init(&w);
+	buf_init(&s);
+	for (int len = 1; len <= 4; len++) {
+		int n_seq = 1;
+		for (int k = 0; k < len; k++)
+			n_seq *= NP;
+		for (int q = 0; q < n_seq; q++) {
+			int32_t seq[4];
+			for (int k = 0, x = q; k < len; k++, x /= NP)
+				seq[k] = id[x % NP];
+			buf_clear(&w);
+			buf_clear(&s);
+			ck_assert_int_eq(tok_decode(t, seq, (size_t)len, 0, &w), 0);
+			ck_assert_int_eq(stream_all(t, seq, (size_t)len, 0, &s), 0);
+			if (s.len != w.len || (w.len && memcmp(s.data, w.data, w.len))) {
+				if (bad++ < 5) {
+					fprintf(stderr, "cleanup stream [%s] != whole [%s] for", s.data ? s.data : "", w.data);
+					for (int k = 0; k < len; k++)
+						fprintf(stderr, " [%s]", pieces[(q / (k == 0 ? 1 : k == 1 ? NP : k == 2 ? NP * NP : NP * NP * NP)) % NP]);
+					fprintf(stderr, "\n");
+				}
+			}
+			total++;
+		}
+	}
+	buf_deinit(&w);
+	buf_deinit(&s);
+	ck_assert_msg(bad == 0, "%d of %d sequences stream differently", bad, total);
+	tok_destroy(t);
+}
+END_TEST
+
 /* tok_load_for_model picks the HF directory's tokenizer.json (+ config). */
 START_TEST(test_load_for_model)
 {
@@ -439,6 +489,7 @@ int main(void)
 	tcase_add_test(tu, test_stream_partial);
 	tcase_add_test(tu, test_stream_invalid_bytes);
 	tcase_add_test(tu, test_load_for_model);
+	tcase_add_test(tu, test_stream_cleanup_exhaustive);
 	tcase_add_loop_test(tu, test_threads, 1, 3); /* llama3, qwen3 */
 	suite_add_tcase(s, tu);
 	SRunner *sr = srunner_create(s);

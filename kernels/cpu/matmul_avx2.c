@@ -144,6 +144,104 @@ T256 static void dot_f32_avx2(int nw, int nx, const float *w, int64_t ldw, const
 			      n, y + j0 * ldy, ldy);
 }
 
+/* ---- dot tile reading W in its storage dtype (m <= 4) ----------------------- */
+
+/* 8 weights from row p at k as F32 (F8: times 2^-8, the row scale comes
+ * after the reduction). */
+INLINE256 __m256 load_w8(const enum dtype T, const void *p, int64_t k)
+{
+	switch (T) {
+	case DT_F16:
+		return _mm256_cvtph_ps(_mm_loadu_si128((const void *)((const uint16_t *)p + k)));
+	case DT_BF16:
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)((const uint16_t *)p + k))),
+			16));
+	case DT_F8_E4M3:
+		return _mm256_cvtph_ps(
+			f8_to_f16_bits8(_mm_loadl_epi64((const void *)((const uint8_t *)p + k))));
+	default:
+		return _mm256_loadu_ps((const float *)p + k);
+	}
+}
+
+/* One weight as F32, on the same scale as load_w8. */
+INLINE256 float load_w1(const enum dtype T, const void *p, int64_t k)
+{
+	switch (T) {
+	case DT_F16:
+		return f16_to_f32(((const uint16_t *)p)[k]);
+	case DT_BF16:
+		return bf16_to_f32(((const uint16_t *)p)[k]);
+	case DT_F8_E4M3:
+		return f8e4m3_to_f32(((const uint8_t *)p)[k]) * (1.0f / 256.0f);
+	default:
+		return ((const float *)p)[k];
+	}
+}
+
+INLINE256 void dot_w_tile(const int NW, const int NX, const enum dtype T, const struct kmat *w,
+			  int64_t r0, const float *x, int64_t ldx, float *y, int64_t ldy)
+{
+	const int64_t n = w->cols;
+	const size_t esize = T == DT_F32 ? 4 : T == DT_F8_E4M3 ? 1 : 2;
+	const void *rowp[MM_TW];
+	__m256 acc[2][MM_TW];
+#pragma GCC unroll 4
+	for (int i = 0; i < NW; i++) {
+		rowp[i] = (const char *)w->data + (size_t)((r0 + i) * n) * esize;
+#pragma GCC unroll 2
+		for (int j = 0; j < NX; j++)
+			acc[j][i] = _mm256_setzero_ps();
+	}
+	int64_t k = 0;
+	for (; k + 8 <= n; k += 8) {
+		__m256 wv[MM_TW];
+#pragma GCC unroll 4
+		for (int i = 0; i < NW; i++)
+			wv[i] = load_w8(T, rowp[i], k);
+#pragma GCC unroll 2
+		for (int j = 0; j < NX; j++) {
+			__m256 xv = _mm256_loadu_ps(x + j * ldx + k);
+#pragma GCC unroll 4
+			for (int i = 0; i < NW; i++)
+				acc[j][i] = _mm256_fmadd_ps(wv[i], xv, acc[j][i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < NW; i++) {
+		const float s = T == DT_F8_E4M3 ? mm_row_scale(w, r0 + i) * 256.0f : 1.0f;
+#pragma GCC unroll 2
+		for (int j = 0; j < NX; j++) {
+			float sum = hsum8(acc[j][i]);
+			for (int64_t t = k; t < n; t++)
+				sum += load_w1(T, rowp[i], t) * x[j * ldx + t];
+			y[j * ldy + i] = sum * s;
+		}
+	}
+}
+
+#define DOT_W_F16(NW, NX, ...) dot_w_tile(NW, NX, DT_F16, __VA_ARGS__)
+#define DOT_W_BF16(NW, NX, ...) dot_w_tile(NW, NX, DT_BF16, __VA_ARGS__)
+#define DOT_W_F8(NW, NX, ...) dot_w_tile(NW, NX, DT_F8_E4M3, __VA_ARGS__)
+#define DOT_W_F32(NW, NX, ...) dot_w_tile(NW, NX, DT_F32, __VA_ARGS__)
+
+T256 static void dot_w_avx2(int nw, int nx, const struct kmat *w, int64_t r0, const float *x,
+			    int64_t ldx, float *y, int64_t ldy)
+{
+	for (int j0 = 0; j0 < nx; j0 += 2) {
+		const int n2 = nx - j0 < 2 ? nx - j0 : 2;
+		const float *xj = x + j0 * ldx;
+		float *yj = y + j0 * ldy;
+		switch (w->dtype) {
+		case DT_F16: AVX2_DISPATCH(DOT_W_F16, nw, n2, w, r0, xj, ldx, yj, ldy); break;
+		case DT_BF16: AVX2_DISPATCH(DOT_W_BF16, nw, n2, w, r0, xj, ldx, yj, ldy); break;
+		case DT_F8_E4M3: AVX2_DISPATCH(DOT_W_F8, nw, n2, w, r0, xj, ldx, yj, ldy); break;
+		default: AVX2_DISPATCH(DOT_W_F32, nw, n2, w, r0, xj, ldx, yj, ldy); break;
+		}
+	}
+}
+
 /* ---- Q8_0 dot tile ---------------------------------------------------------- */
 
 INLINE256 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *w, int64_t nb,
@@ -304,6 +402,7 @@ static const struct mm_kernels avx2_kernels = {
 	.name = "avx2",
 	.cvt = cvt_avx2,
 	.dot_f32 = dot_f32_avx2,
+	.dot_w = dot_w_avx2,
 	.dot_q8 = dot_q8_avx2,
 	.dot_i8 = dot_i8_avx2,
 	.quant_act = NULL,

@@ -319,43 +319,43 @@ START_TEST(test_stream_invalid_bytes)
 }
 END_TEST
 
-/* Streaming with llama3's clean-up: every sequence of up to 4 pieces from a
- * set built around the clean-up patterns (" ' " + "s" cascades into "'s")
- * streams to exactly the whole decode. */
-START_TEST(test_stream_cleanup_exhaustive)
+/* Every sequence of up to max_len ids from pieces[] streams to exactly its
+ * whole decode. */
+static void stream_exhaustive(const char *name, const char *const *pieces, int np, int max_len)
 {
 	struct tokenizer *t;
 	struct diag d;
-	ck_assert_msg(tt_load("llama3", &t, &d) == 0, "%s", d.msg);
-	static const char *const pieces[] = { "\xC4\xA0", "\xC4\xA0'", "\xC4\xA0s", "\xC4\xA0n", "'t", ".", "\xC4\xA0.",
-					      "'s", "'ve", "x", "'", "\xC4\xA0,", "ve" };
-	enum { NP = sizeof pieces / sizeof pieces[0] };
-	int32_t id[NP];
-	for (int i = 0; i < NP; i++) {
+	ck_assert_msg(tt_load(name, &t, &d) == 0, "%s", d.msg);
+	int32_t id[16];
+	ck_assert_int_le(np, 16);
+	for (int i = 0; i < np; i++) {
 		id[i] = tok_piece_id(t, pieces[i], strlen(pieces[i]));
-		ck_assert_msg(id[i] >= 0, "piece %d", i);
+		ck_assert_msg(id[i] >= 0, "%s: piece %d", name, i);
 	}
 	int bad = 0, total = 0;
 	struct buf w, s;
 	buf_init(&w);
 	buf_init(&s);
-	for (int len = 1; len <= 4; len++) {
+	for (int len = 1; len <= max_len; len++) {
 		int n_seq = 1;
 		for (int k = 0; k < len; k++)
-			n_seq *= NP;
+			n_seq *= np;
 		for (int q = 0; q < n_seq; q++) {
-			int32_t seq[4];
-			for (int k = 0, x = q; k < len; k++, x /= NP)
-				seq[k] = id[x % NP];
+			int32_t seq[8];
+			int which[8];
+			for (int k = 0, x = q; k < len; k++, x /= np) {
+				which[k] = x % np;
+				seq[k] = id[which[k]];
+			}
 			buf_clear(&w);
 			buf_clear(&s);
 			ck_assert_int_eq(tok_decode(t, seq, (size_t)len, 0, &w), 0);
 			ck_assert_int_eq(stream_all(t, seq, (size_t)len, 0, &s), 0);
 			if (s.len != w.len || (w.len && memcmp(s.data, w.data, w.len))) {
 				if (bad++ < 5) {
-					fprintf(stderr, "cleanup stream [%s] != whole [%s] for", s.data ? s.data : "", w.data);
+					fprintf(stderr, "%s: stream [%s] != whole [%s] for", name, s.data ? s.data : "", w.data);
 					for (int k = 0; k < len; k++)
-						fprintf(stderr, " [%s]", pieces[(q / (k == 0 ? 1 : k == 1 ? NP : k == 2 ? NP * NP : NP * NP * NP)) % NP]);
+						fprintf(stderr, " [%s]", pieces[which[k]]);
 					fprintf(stderr, "\n");
 				}
 			}
@@ -364,8 +364,39 @@ START_TEST(test_stream_cleanup_exhaustive)
 	}
 	buf_deinit(&w);
 	buf_deinit(&s);
-	ck_assert_msg(bad == 0, "%d of %d sequences stream differently", bad, total);
+	ck_assert_msg(bad == 0, "%s: %d of %d sequences stream differently", name, bad, total);
 	tok_destroy(t);
+}
+
+/* llama3's clean-up: pieces around its patterns (" ' " + "s" cascades into "'s"). */
+START_TEST(test_stream_cleanup_exhaustive)
+{
+	static const char *const pieces[] = { "\xC4\xA0", "\xC4\xA0'", "\xC4\xA0s", "\xC4\xA0n", "'t", ".", "\xC4\xA0.",
+					      "'s", "'ve", "x", "'", "\xC4\xA0,", "ve" };
+	stream_exhaustive("llama3", pieces, 13, 4);
+}
+END_TEST
+
+/* SentencePiece decoders: Replace, ByteFallback runs (valid, invalid, cut
+ * short), Fuse, Strip of the leading space; specials in between. */
+START_TEST(test_stream_spm_exhaustive)
+{
+	static const char *const mistral[] = { "\xE2\x96\x81", "\xE2\x96\x81" "a", "<0xE4>", "<0xB8>", "<0xAD>",
+					       "<0x80>", "a", "<s>", "</s>" };
+	stream_exhaustive("mistral", mistral, 9, 5);
+	static const char *const gemma[] = { "\xE2\x96\x81", "\xE2\x96\x81\xE2\x96\x81", "<0xE4>", "<0xB8>",
+					     "<0xAD>", "<0xF0>", "a", "<bos>", "\n" };
+	stream_exhaustive("gemma3", gemma, 9, 5);
+}
+END_TEST
+
+/* Byte-level: bytes of a 3-byte character, a stray continuation byte, an
+ * ASCII letter, a space, special and non-special added tokens. */
+START_TEST(test_stream_bytelevel_exhaustive)
+{
+	static const char *const qwen[] = { "\xC3\xA4", "\xC2\xB8", "\xC5\x83", "\xC4\xA2", "a", "\xC4\xA0",
+					    "<|im_start|>", "<think>" };
+	stream_exhaustive("qwen3", qwen, 8, 5);
 }
 END_TEST
 
@@ -490,6 +521,8 @@ int main(void)
 	tcase_add_test(tu, test_stream_invalid_bytes);
 	tcase_add_test(tu, test_load_for_model);
 	tcase_add_test(tu, test_stream_cleanup_exhaustive);
+	tcase_add_test(tu, test_stream_spm_exhaustive);
+	tcase_add_test(tu, test_stream_bytelevel_exhaustive);
 	tcase_add_loop_test(tu, test_threads, 1, 3); /* llama3, qwen3 */
 	suite_add_tcase(s, tu);
 	SRunner *sr = srunner_create(s);

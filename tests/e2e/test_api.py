@@ -320,6 +320,40 @@ class Cors(unittest.TestCase):
             self.assertEqual(srv.stop(), 0)
 
 
+class HostileClients(unittest.TestCase):
+    def test_slowloris_times_out_and_others_are_served(self):
+        srv = Server(MODEL, "--max-model-len", "256", "--connection-timeout", "2")
+        try:
+            slow = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(20)]
+            for s_ in slow:
+                s_.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            self.assertEqual(srv.post("/v1/completions", completion(max_tokens=2))[0], 200)
+            time.sleep(3.5)
+            for s_ in slow:  # the server hung up on every one of them
+                s_.settimeout(2)
+                try:
+                    self.assertEqual(s_.recv(100), b"")
+                except ConnectionResetError:
+                    pass
+                s_.close()
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
+    def test_client_that_stops_reading_does_not_block_others(self):
+        s_ = socket.create_connection(("127.0.0.1", SRV.port))
+        s_.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = json.dumps(completion(max_tokens=300, ignore_eos=True, stream=True,
+                                     logprobs=5)).encode()
+        s_.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        t0 = time.time()
+        for _ in range(5):  # never read s_; others are served meanwhile
+            st, _ = SRV.post("/v1/completions", completion(max_tokens=4))
+            self.assertEqual(st, 200)
+        self.assertLess(time.time() - t0, 30)
+        s_.close()
+
+
 class Overload(unittest.TestCase):
     def test_queue_full_gets_429_with_retry_after(self):
         srv = Server(MODEL, "--max-model-len", "512", "--max-num-seqs", "1",

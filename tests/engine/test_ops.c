@@ -69,6 +69,10 @@ START_TEST(test_rowops)
 			kops_silu_mul_ref(a, x, y, n);
 			kops_silu_mul(isa, b, x, y, n);
 			ck_assert_int_eq(compare("silu_mul", isa, b, a, n, 1e-6f, 1e-5f), 0);
+			fill(w, n, 120.0f); /* gates far into both tails */
+			kops_silu_mul_ref(a, w, y, n);
+			kops_silu_mul(isa, b, w, y, n);
+			ck_assert_int_eq(compare("silu_mul-wide", isa, b, a, n, 1e-6f, 1e-5f), 0);
 			free(x), free(w), free(y), free(a), free(b);
 		}
 	}

@@ -120,13 +120,23 @@ static int vector_f32(struct cpu_backend *cb, const struct tensor *t, int64_t n,
 }
 
 /* RoPE inverse frequencies with the config's scaling (HF
- * _compute_llama3_parameters for llama3), computed in double. */
-static void rope_inv_freq(const struct model_config *c, float *out)
+ * _compute_llama3_parameters for llama3), computed in double. A GGUF file's
+ * rope_freqs tensor (llama.cpp's "freq factors", how Llama 3.1+ GGUF files
+ * carry their llama3 scaling) divides each frequency instead; it replaces a
+ * llama3 scaling from the config rather than stacking on it. */
+static void rope_inv_freq(const struct model_config *c, const struct tensor *freq_factors,
+			  float *out)
 {
 	const int half = c->head_dim / 2;
+	const float *ff = NULL;
+	if (tensor_present(freq_factors) && freq_factors->dtype == DT_F32 &&
+	    freq_factors->n_bytes >= (uint64_t)half * sizeof(float))
+		ff = freq_factors->data;
 	for (int i = 0; i < half; i++) {
 		double f = pow((double)c->rope_theta, -2.0 * i / (double)c->head_dim);
-		if (c->rope_scaling.type == ROPE_SCALING_LINEAR && c->rope_scaling.factor > 0) {
+		if (ff) {
+			f /= (double)ff[i];
+		} else if (c->rope_scaling.type == ROPE_SCALING_LINEAR && c->rope_scaling.factor > 0) {
 			f /= c->rope_scaling.factor;
 		} else if (c->rope_scaling.type == ROPE_SCALING_LLAMA3) {
 			double factor = c->rope_scaling.factor, lo = c->rope_scaling.low_freq_factor,
@@ -365,7 +375,7 @@ int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
 		rc = diag_set(d, ERR_NOMEM, "out of memory");
 		goto fail;
 	}
-	rope_inv_freq(c, cb->inv_freq);
+	rope_inv_freq(c, &m->w.rope_freqs, cb->inv_freq);
 	/* Embeddings stay in the file's dtype: only gathered rows are dequantized,
 	 * and a tied LM head must read the very same table. */
 	if ((rc = weight_view(cb, &m->w.tok_embd, c->vocab, c->hidden, DT_F32, &cb->tok_embd, d)))

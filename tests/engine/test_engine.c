@@ -321,6 +321,59 @@ START_TEST(test_layouts_and_kv_dtype)
 }
 END_TEST
 
+/* A GGUF rope_freqs tensor (llama.cpp's freq factors, computed as its HF
+ * converter does) gives the same model function as llama3 scaling in the
+ * config. */
+START_TEST(test_rope_freq_factors)
+{
+	struct model_config c;
+	tmodel_config_small(&c);
+	c.head_dim = 32;
+	const int half = 16;
+	c.rope_scaling.type = ROPE_SCALING_LLAMA3;
+	c.rope_scaling.factor = 8;
+	c.rope_scaling.low_freq_factor = 1;
+	c.rope_scaling.high_freq_factor = 4;
+	c.rope_scaling.original_max_pos = 32;
+	const int n = 40;
+	struct model *scaled = make_model(&c, DT_F32, ROPE_STYLE_NEOX);
+	static float factors[16];
+	double lo_wl = 32.0 / 1.0, hi_wl = 32.0 / 4.0;
+	for (int i = 0; i < half; i++) {
+		double wl = 2.0 * M_PI / pow((double)c.rope_theta, -2.0 * i / (double)c.head_dim);
+		if (wl < hi_wl)
+			factors[i] = 1.0f;
+		else if (wl > lo_wl)
+			factors[i] = 8.0f;
+		else {
+			double smooth = (32.0 / wl - 1.0) / (4.0 - 1.0);
+			factors[i] = (float)(1.0 / ((1.0 - smooth) / 8.0 + smooth));
+		}
+	}
+	c.rope_scaling.type = ROPE_SCALING_NONE;
+	struct model *ff = make_model(&c, DT_F32, ROPE_STYLE_NEOX);
+	struct model *plain = make_model(&c, DT_F32, ROPE_STYLE_NEOX);
+	ff->w.rope_freqs = (struct tensor){ .name = "rope_freqs.weight", .dtype = DT_F32,
+					    .n_dims = 1, .shape = { half }, .data = factors,
+					    .n_bytes = sizeof factors };
+	struct engine_opts o = default_opts();
+	size_t sz = (size_t)n * c.vocab * sizeof(float);
+	float *a = malloc(sz), *b = malloc(sz), *p = malloc(sz);
+	prompt_logits(scaled, &o, n, a);
+	prompt_logits(ff, &o, n, b);
+	prompt_logits(plain, &o, n, p);
+	float rd = max_rel_diff(b, a, n * c.vocab);
+	ck_assert_msg(rd <= 1e-5f, "rope_freqs vs llama3 config scaling: rel diff %g", rd);
+	rd = max_rel_diff(p, a, n * c.vocab);
+	ck_assert_msg(rd > 1e-3f, "scaling made no difference (%g): the test is not testing", rd);
+	free(a), free(b), free(p);
+	ff->w.rope_freqs = (struct tensor){ 0 };
+	tmodel_destroy(scaled);
+	tmodel_destroy(ff);
+	tmodel_destroy(plain);
+}
+END_TEST
+
 /* A well-formed 2-sequence batch that test_validation breaks one field at a time. */
 struct vb {
 	/* capacities are the engine's limits in test_validation*: a corrupted
@@ -558,6 +611,7 @@ int main(void)
 	tcase_add_test(tc, test_kv_block_bytes);
 	tcase_add_test(tc, test_copy_blocks);
 	tcase_add_test(tc, test_layouts_and_kv_dtype);
+	tcase_add_test(tc, test_rope_freq_factors);
 	tcase_add_loop_test(tc, test_batch_invariance, 0, 4);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

@@ -352,10 +352,10 @@ static size_t stable_len(const struct tokenizer *t, const char *s, size_t len, b
 				/* a replacement there removes spaces, and the text it
 				 * leaves can complete a pattern that starts further left
 				 * (" ' " + "s" -> " 's" -> "'s" eats the space before):
-				 * hold the run of pattern characters before it too. Each
-				 * of the 10 passes reaches at most 4 characters further. */
-				size_t lim = p > 40 ? p - 40 : 0;
-				while (p > lim && s[p - 1] && strchr(" .?!,'ntmsver", s[p - 1]))
+				 * hold the whole run of pattern characters before it. A
+				 * match never contains another character, so the cut
+				 * after one splits no match, however the passes go. */
+				while (p > 0 && s[p - 1] && strchr(" .?!,'ntmsver", s[p - 1]))
 					p--;
 				stable = p;
 				break;

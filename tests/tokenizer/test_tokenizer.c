@@ -371,9 +371,14 @@ static void stream_exhaustive(const char *name, const char *const *pieces, int n
 /* llama3's clean-up: pieces around its patterns (" ' " + "s" cascades into "'s"). */
 START_TEST(test_stream_cleanup_exhaustive)
 {
+	/* 39 spaces: a run longer than any pattern (libFuzzer found a cut inside one) */
+	static const char sp39[] = "\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0"
+				   "\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0"
+				   "\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0"
+				   "\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0\xC4\xA0";
 	static const char *const pieces[] = { "\xC4\xA0", "\xC4\xA0'", "\xC4\xA0s", "\xC4\xA0n", "'t", ".", "\xC4\xA0.",
-					      "'s", "'ve", "x", "'", "\xC4\xA0,", "ve" };
-	stream_exhaustive("llama3", pieces, 13, 4);
+					      "'s", "'ve", "x", "'", "\xC4\xA0,", "ve", sp39 };
+	stream_exhaustive("llama3", pieces, 14, 4);
 }
 END_TEST
 

@@ -10,14 +10,11 @@
  */
 #include "engine/gguf.h"
 
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/checked.h"
+#include "common/mapfile.h"
 #include "engine/model_internal.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
@@ -696,30 +693,18 @@ int gguf_open_mem(const void *data, size_t size, struct gguf_file **out, struct 
 
 int gguf_open(const char *path, struct gguf_file **out, struct diag *d)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return diag_set(d, ERR_IO, "%s: cannot open", path);
-	struct stat st;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return diag_set(d, ERR_IO, "%s: not a regular file", path);
-	}
-	if (st.st_size < 24) {
-		close(fd);
-		return diag_set(d, ERR_FORMAT, "%s: too small to be a GGUF file (%lld bytes)", path,
-				(long long)st.st_size);
-	}
-	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return diag_set(d, ERR_IO, "%s: mmap failed", path);
+	const void *p;
+	size_t size;
+	int rc = mapfile_open(path, 24, "GGUF", &p, &size, d);
+	if (rc)
+		return rc;
 	struct gguf_file *f = calloc(1, sizeof *f);
 	if (!f) {
-		munmap(p, (size_t)st.st_size);
+		mapfile_close(p, size);
 		return diag_set(d, ERR_NOMEM, "gguf: out of memory");
 	}
 	f->data = p;
-	f->size = (size_t)st.st_size;
+	f->size = size;
 	f->mapped = true;
 	return open_common(f, out, d);
 }
@@ -739,7 +724,7 @@ void gguf_close(struct gguf_file *f)
 	free(f->kv_sorted);
 	free(f->t_sorted);
 	if (f->mapped)
-		munmap((void *)f->data, f->size);
+		mapfile_close(f->data, f->size);
 	free(f);
 }
 

@@ -18,12 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/buf.h"
 #include "common/checked.h"
+#include "common/mapfile.h"
 #include "engine/model_internal.h"
 
 struct name_idx {
@@ -282,31 +282,20 @@ int st_open_mem(const void *data, size_t size, struct st_file **out, struct diag
 
 int st_open(const char *path, struct st_file **out, struct diag *d)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return diag_set(d, ERR_IO, "%s: cannot open", path);
-	struct stat st;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return diag_set(d, ERR_IO, "%s: not a regular file", path);
-	}
-	if (st.st_size < 10) {
-		close(fd);
-		return diag_set(d, ERR_FORMAT, "%s: too small to be a safetensors file", path);
-	}
-	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return diag_set(d, ERR_IO, "%s: mmap failed", path);
+	const void *p;
+	size_t size;
+	int rc = mapfile_open(path, 10, "safetensors", &p, &size, d);
+	if (rc)
+		return rc;
 	struct st_file *f = calloc(1, sizeof *f);
 	if (!f) {
-		munmap(p, (size_t)st.st_size);
+		mapfile_close(p, size);
 		return diag_set(d, ERR_NOMEM, "safetensors: out of memory");
 	}
 	f->data = p;
-	f->size = (size_t)st.st_size;
+	f->size = size;
 	f->mapped = true;
-	int rc = open_common(f, out, d);
+	rc = open_common(f, out, d);
 	if (rc && d) {
 		/* prefix the file name so a shard's error says which shard */
 		char msg[sizeof d->msg];
@@ -325,7 +314,7 @@ void st_close(struct st_file *f)
 	free(f->t);
 	free(f->sorted);
 	if (f->mapped)
-		munmap((void *)f->data, f->size);
+		mapfile_close(f->data, f->size);
 	free(f);
 }
 

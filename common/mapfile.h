@@ -1,0 +1,20 @@
+/* common/mapfile.h — map a whole regular file read-only (model files).
+ *
+ * mapfile_open checks that path is a regular file of at least min_size bytes
+ * and maps it PROT_READ/MAP_PRIVATE; on failure it returns ERR_IO or
+ * ERR_FORMAT with a diag naming the file (`what` says what kind of file was
+ * expected, e.g. "GGUF"). The mapping belongs to the caller until
+ * mapfile_close. Any thread.
+ */
+#ifndef AORTA_COMMON_MAPFILE_H
+#define AORTA_COMMON_MAPFILE_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+int mapfile_open(const char *path, size_t min_size, const char *what, const void **data,
+		 size_t *size, struct diag *d);
+void mapfile_close(const void *data, size_t size);
+
+#endif

@@ -54,6 +54,8 @@ int cmd_serve(int argc, char **argv)
 		  "largest request body (default 4M)" },
 		{ "max-connections", CLI_INT, &c.max_connections, "N",
 		  "most open connections (default 1024)" },
+		{ "max-connections-per-ip", CLI_INT, &c.max_connections_per_ip, "N",
+		  "most open connections from one client address (default 0 = no limit)" },
 		{ "connection-timeout", CLI_INT, &c.connection_timeout, "SECONDS",
 		  "idle connection timeout (default 60)" },
 		{ "shutdown-timeout", CLI_INT, &c.shutdown_timeout, "SECONDS",

@@ -77,6 +77,8 @@ int srv_config_validate(const struct srv_config *c, FILE *err)
 	CHECK(c->max_request_bytes >= 1024, "--max-request-bytes must be at least 1024");
 	CHECK(c->max_connections >= 1, "--max-connections must be >= 1 (got %d)",
 	      c->max_connections);
+	CHECK(c->max_connections_per_ip >= 0, "--max-connections-per-ip must be >= 0 (got %d)",
+	      c->max_connections_per_ip);
 	CHECK(c->connection_timeout >= 1, "--connection-timeout must be >= 1 second (got %d)",
 	      c->connection_timeout);
 	CHECK(c->shutdown_timeout >= 0, "--shutdown-timeout must be >= 0 (got %d)",

@@ -30,6 +30,7 @@ struct srv_config {
 	int max_queued_requests;	/* --max-queued-requests */
 	uint64_t max_request_bytes;	/* --max-request-bytes */
 	int max_connections;		/* --max-connections */
+	int max_connections_per_ip;	/* --max-connections-per-ip (0 = no limit) */
 	int connection_timeout;		/* --connection-timeout seconds */
 	int shutdown_timeout;		/* --shutdown-timeout seconds */
 	const char *allowed_origins;	/* --allowed-origins (CORS off when NULL) */

@@ -437,6 +437,7 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 		flags, (uint16_t)o->port, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR,
 		(struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_connections_per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_LISTENING_ADDRESS_REUSE,
 		(unsigned)1, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_END);

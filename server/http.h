@@ -46,6 +46,7 @@ struct http_opts {
 	int port;		 /* 0 = any free port (see http_server_port) */
 	uint64_t max_body_bytes; /* larger bodies get 413 */
 	int max_connections;
+	int max_connections_per_ip; /* 0 = no limit */
 	int connection_timeout_s;
 	/* Rendered 413/503 error bodies come from the caller (api/ owns JSON). */
 	const char *body_too_large_json;

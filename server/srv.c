@@ -715,6 +715,7 @@ int srv_run(const struct srv_config *cfg)
 		.port = cfg->port,
 		.max_body_bytes = cfg->max_request_bytes,
 		.max_connections = cfg->max_connections,
+		.max_connections_per_ip = cfg->max_connections_per_ip,
 		.connection_timeout_s = cfg->connection_timeout,
 		.body_too_large_json = too_large.data,
 		.body_too_large_len = too_large.len,

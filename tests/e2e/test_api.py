@@ -339,6 +339,28 @@ class HostileClients(unittest.TestCase):
         finally:
             self.assertEqual(srv.stop(), 0)
 
+    def test_connections_per_ip_limit(self):
+        srv = Server(MODEL, "--max-model-len", "256", "--max-connections-per-ip", "2")
+        try:
+            held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+            for s_ in held:
+                s_.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers not finished
+            time.sleep(0.2)
+            extra = socket.create_connection(("127.0.0.1", srv.port))
+            extra.settimeout(5)
+            try:
+                extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertEqual(extra.recv(100), b"")  # closed without an answer
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+            extra.close()
+            for s_ in held:
+                s_.close()
+            time.sleep(0.2)
+            self.assertEqual(srv.get("/health")[0], 200)  # a slot is free again
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
     def test_client_that_stops_reading_does_not_block_others(self):
         s_ = socket.create_connection(("127.0.0.1", SRV.port))
         s_.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -646,6 +646,9 @@ static void *thread_main(void *arg)
 		}
 		struct bat_req *in = b->inbox_head;
 		b->inbox_head = b->inbox_tail = NULL;
+		/* they are about to join the scheduler's queue: keep counting them
+		 * against max_queued_requests until the next snapshot */
+		b->snap.n_waiting += b->n_inbox;
 		b->n_inbox = 0;
 		/* Swap cancel buffers so the lock is not held while cancelling. */
 		uint64_t *ids = b->cancels;

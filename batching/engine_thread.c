@@ -492,10 +492,16 @@ static int ensure_logits(struct batcher *b, int n_logits)
 	return 0;
 }
 
+static void snapshot(struct batcher *b);
+
 static void run_step(struct batcher *b)
 {
 	const struct sched_step *st;
 	int rc = sched_schedule(b->sched, &st);
+	/* exact waiting/running counts for submitters during the (long) step */
+	pthread_mutex_lock(&b->mu);
+	snapshot(b);
+	pthread_mutex_unlock(&b->mu);
 	if (rc == 0 && st->n_seqs == 0) {
 		/* Waiting but nothing runnable: cannot happen with a validated
 		 * queue; fail the head rather than spin. */

@@ -342,18 +342,37 @@ class HostileClients(unittest.TestCase):
     def test_connections_per_ip_limit(self):
         srv = Server(MODEL, "--max-model-len", "256", "--max-connections-per-ip", "2")
         try:
-            held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
-            for s_ in held:
-                s_.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers not finished
-            time.sleep(0.2)
-            extra = socket.create_connection(("127.0.0.1", srv.port))
-            extra.settimeout(5)
-            try:
-                extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-                self.assertEqual(extra.recv(100), b"")  # closed without an answer
-            except (ConnectionResetError, BrokenPipeError):
-                pass
-            extra.close()
+            def hold():
+                # a connection the server keeps open (its headers never end);
+                # retried while connections closed earlier are still counted
+                for _ in range(50):
+                    c = socket.create_connection(("127.0.0.1", srv.port))
+                    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+                    c.settimeout(0.2)
+                    try:
+                        c.recv(1)
+                    except socket.timeout:
+                        return c
+                    except ConnectionResetError:
+                        pass
+                    c.close()
+                self.fail("could not hold a connection open")
+
+            held = [hold(), hold()]
+            refused = False
+            for _ in range(20):  # the held ones may take a moment to be accepted
+                time.sleep(0.2)
+                extra = socket.create_connection(("127.0.0.1", srv.port))
+                extra.settimeout(5)
+                try:
+                    extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                    refused = extra.recv(100) == b""  # closed without an answer
+                except (ConnectionResetError, BrokenPipeError):
+                    refused = True
+                extra.close()
+                if refused:
+                    break
+            self.assertTrue(refused, "a third connection from the same address was served")
             for s_ in held:
                 s_.close()
             time.sleep(0.2)

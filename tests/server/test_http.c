@@ -21,8 +21,8 @@ struct harness {
 	uv_async_t stop;
 	struct http_server *srv;
 	int port;
-	int n_closed;
-	int n_closed_incomplete;
+	_Atomic int n_closed; /* written on the loop thread, read by the test */
+	_Atomic int n_closed_incomplete;
 	/* deferred work */
 	uv_timer_t timer;
 	struct http_req *parked;

@@ -449,22 +449,28 @@ class Shutdown(unittest.TestCase):
         result = {}
 
         def run():
+            # 8 choices x 480 tokens: long enough to still be running after the signal
             result["r"] = srv.stream("/v1/completions",
-                                     completion(max_tokens=200, ignore_eos=True, stream=True))
+                                     completion(max_tokens=480, ignore_eos=True, stream=True,
+                                                n=8, temperature=1.0, seed=1))
 
         t = threading.Thread(target=run)
         t.start()
-        time.sleep(0.3)
+        for _ in range(200):  # wait until the engine is generating it
+            if srv.metric("aorta:num_requests_running") > 0:
+                break
+            time.sleep(0.01)
         srv.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        time.sleep(0.05)
         st, body = srv.post("/v1/completions", completion(max_tokens=2))
         self.assertEqual(st, 503, body)
         self.assertEqual(srv.get("/health")[0], 503)
-        t.join(60)
+        t.join(120)
         st, events = result["r"]
         self.assertEqual(st, 200)
         texts, fin, _ = stream_text(events)
-        self.assertEqual(fin[0], "length")
+        self.assertEqual(sorted(fin), list(range(8)))
+        self.assertTrue(all(f == "length" for f in fin.values()), fin)
         self.assertEqual(events[-1], "[DONE]")
         self.assertEqual(srv.proc.wait(30), 0)
         self.assertEqual(srv.stop(), 0)

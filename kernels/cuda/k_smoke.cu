@@ -5,16 +5,22 @@
 #include <stdio.h>
 
 #include "common/err.h"
-#include "kcuda.h"
+#include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_internal.h"
 
 static thread_local char g_last_error[256];
 
-static int cuda_check(cudaError_t e, const char *what)
+int kcu_check(cudaError_t e, const char *what)
 {
 	if (e == cudaSuccess)
 		return 0;
 	snprintf(g_last_error, sizeof g_last_error, "%s: %s", what, cudaGetErrorString(e));
 	return ERR_DEVICE;
+}
+
+int kcu_launched(const char *what)
+{
+	return kcu_check(cudaGetLastError(), what);
 }
 
 extern "C" const char *k_cuda_last_error(void)
@@ -36,7 +42,7 @@ extern "C" int k_cuda_device_count(int *n_out)
 
 extern "C" int k_cuda_malloc(void **d_ptr, size_t bytes)
 {
-	return cuda_check(cudaMalloc(d_ptr, bytes), "cudaMalloc");
+	return kcu_check(cudaMalloc(d_ptr, bytes), "cudaMalloc");
 }
 
 extern "C" void k_cuda_free(void *d_ptr)
@@ -47,17 +53,17 @@ extern "C" void k_cuda_free(void *d_ptr)
 
 extern "C" int k_cuda_memcpy_h2d(void *d_dst, const void *src, size_t bytes)
 {
-	return cuda_check(cudaMemcpy(d_dst, src, bytes, cudaMemcpyHostToDevice), "memcpy h2d");
+	return kcu_check(cudaMemcpy(d_dst, src, bytes, cudaMemcpyHostToDevice), "memcpy h2d");
 }
 
 extern "C" int k_cuda_memcpy_d2h(void *dst, const void *d_src, size_t bytes)
 {
-	return cuda_check(cudaMemcpy(dst, d_src, bytes, cudaMemcpyDeviceToHost), "memcpy d2h");
+	return kcu_check(cudaMemcpy(dst, d_src, bytes, cudaMemcpyDeviceToHost), "memcpy d2h");
 }
 
 extern "C" int k_cuda_sync(void)
 {
-	return cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	return kcu_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 __global__ void axpy_kernel(size_t n, float a, const float *__restrict__ x, float *__restrict__ y)
@@ -79,5 +85,5 @@ extern "C" int k_axpy_f32(void *stream, size_t n, float a, const float *d_x, flo
 	if (blocks > 65535)
 		blocks = 65535;
 	axpy_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(n, a, d_x, d_y);
-	return cuda_check(cudaGetLastError(), "axpy launch");
+	return kcu_check(cudaGetLastError(), "axpy launch");
 }

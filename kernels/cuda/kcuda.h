@@ -26,6 +26,47 @@ int k_cuda_memcpy_h2d(void *d_dst, const void *src, size_t bytes);
 int k_cuda_memcpy_d2h(void *dst, const void *d_src, size_t bytes);
 int k_cuda_sync(void);
 
+/* ---- runtime (kernels/cuda/k_runtime.cu) ------------------------------------ */
+
+struct k_cuda_props {
+	char name[128];
+	int cc_major, cc_minor; /* compute capability */
+	int n_sms;
+	size_t total_mem;	/* bytes */
+	int has_fp8;		/* FP8 tensor cores: cc >= 8.9 */
+};
+int k_cuda_set_device(int device);
+int k_cuda_props(int device, struct k_cuda_props *out);
+/* Free and total bytes of the current device (cudaMemGetInfo). */
+int k_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* Streams are opaque (cudaStream_t); NULL is the legacy default stream. */
+int k_cuda_stream_create(void **stream);
+void k_cuda_stream_destroy(void *stream);
+int k_cuda_stream_sync(void *stream);
+int k_cuda_memcpy_h2d_async(void *stream, void *d_dst, const void *src, size_t bytes);
+int k_cuda_memcpy_d2h_async(void *stream, void *dst, const void *d_src, size_t bytes);
+int k_cuda_memcpy_d2d_async(void *stream, void *d_dst, const void *d_src, size_t bytes);
+int k_cuda_memset_async(void *stream, void *d_dst, int byte, size_t bytes);
+/* Page-locked host memory (async copies need it to overlap). */
+int k_cuda_host_alloc(void **ptr, size_t bytes);
+void k_cuda_host_free(void *ptr);
+
+/* CUDA graphs: everything launched on stream between begin and end is
+ * captured (not run) into an executable graph; launch replays it. Capture
+ * mode is thread-local, so other threads' CUDA calls are not disturbed. */
+int k_cuda_graph_begin(void *stream);
+int k_cuda_graph_end(void *stream, void **graph_exec);
+int k_cuda_graph_launch(void *graph_exec, void *stream);
+void k_cuda_graph_destroy(void *graph_exec);
+
+/* Events, for timing on the device (benchmarks). */
+int k_cuda_event_create(void **event);
+void k_cuda_event_destroy(void *event);
+int k_cuda_event_record(void *event, void *stream);
+/* Milliseconds between two recorded events (waits for end). */
+int k_cuda_event_elapsed_ms(void *start, void *end, float *ms);
+
 /* d_y[i] += a * d_x[i] — the build smoke kernel (CPU counterpart: kcpu_axpy_f32). */
 int k_axpy_f32(void *stream, size_t n, float a, const float *d_x, float *d_y);
 

@@ -1,0 +1,76 @@
+/* kernels/cuda/kcuda_attn.h — attention over the paged KV cache on the GPU.
+ *
+ * Two kernels behind one argument struct:
+ *   k_attn_decode: flash-decoding. Each row attends independently (any
+ *     number of rows per sequence works, but it is built for one). The
+ *     context is cut into splits of split_len positions; one CTA per
+ *     (row, kv head, split) reads each K/V block once for the whole GQA group
+ *     of query heads, keeps a running max/sum in F32, writes partial
+ *     (max, sum, acc) to the workspace; a second kernel merges the splits.
+ *     The grid depends only on n_rows and max_ctx, not on the contexts, so a
+ *     step can be captured in a CUDA graph and replayed with other contexts
+ *     up to max_ctx.
+ *   k_attn_prefill: flash-attention style for prefill chunks: one CTA per
+ *     (tile of query rows of one sequence, kv head); K/V tiles streamed from
+ *     the sequence's blocks (earlier cached blocks and the chunk's own, which
+ *     k_qkv_rope_store has already written), causal by position, online
+ *     softmax in F32. Handles variable-length sequences and sequences with a
+ *     single row.
+ *
+ * Semantics (both, and the CPU counterpart kops_attn_group_ref): row r of
+ * sequence s = row_seq[r] attends to positions 0..positions[r] of s; position
+ * t lives in slot block_tables[s * max_blocks_per_seq + t / block_size] *
+ * block_size + t % block_size, layout kops_kv_offset (kernels/cpu/ops.h):
+ * per block [n_kv_heads][block_size][head_dim]. Query head h uses kv head
+ * h / (n_heads / n_kv_heads). out = softmax(scale * q·K) · V.
+ *
+ * head_dim: 64, 128 or 256 (others: ERR_UNSUPPORTED). kv_dt: DT_F16,
+ * DT_BF16, DT_F32, and DT_F8_E4M3 (values stored as value / k_scale or
+ * value / v_scale; ERR_UNSUPPORTED until implemented). Plain C launchers,
+ * no synchronization; tests: tests/kernels/test_cuda_attn.c.
+ */
+#ifndef AORTA_KERNELS_CUDA_KCUDA_ATTN_H
+#define AORTA_KERNELS_CUDA_KCUDA_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct k_attn_args {
+	const float *q;		    /* [n_rows, n_heads * head_dim] F32, RoPE applied */
+	void *out;		    /* [n_rows, n_heads * head_dim] in out_dt */
+	enum dtype out_dt;	    /* DT_F16, DT_BF16 or DT_F32 */
+	const void *k_cache;	    /* this layer's K pool */
+	const void *v_cache;	    /* this layer's V pool */
+	enum dtype kv_dt;
+	float k_scale, v_scale;	    /* DT_F8_E4M3 only */
+	const int32_t *block_tables; /* [n_seqs * max_blocks_per_seq] */
+	int max_blocks_per_seq;
+	const int32_t *positions;   /* [n_rows] */
+	const int32_t *row_seq;	    /* [n_rows] sequence of each row */
+	const int32_t *seq_start;   /* [n_seqs + 1] row offsets (prefill) */
+	int n_rows, n_seqs;
+	int max_rows_per_seq;	    /* prefill grid: most rows any sequence has */
+	int max_ctx;		    /* bound on positions[r] + 1 (decode grid) */
+	int block_size, n_heads, n_kv_heads, head_dim;
+	float scale;
+	void *workspace;	    /* decode split partials */
+	size_t workspace_bytes;
+};
+
+/* Workspace k_attn_decode needs for up to max_rows rows and max_ctx positions. */
+size_t k_attn_workspace_bytes(int max_rows, int n_heads, int head_dim, int max_ctx);
+
+int k_attn_decode(void *stream, const struct k_attn_args *a);
+int k_attn_prefill(void *stream, const struct k_attn_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

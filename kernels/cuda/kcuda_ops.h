@@ -1,0 +1,94 @@
+/* kernels/cuda/kcuda_ops.h — the elementwise and per-row kernels of the CUDA
+ * forward pass: embedding gather, residual add fused with RMSNorm, Q/K/V
+ * post-processing fused with RoPE and the paged KV write, SwiGLU, argmax.
+ *
+ * Plain C launchers (no CUDA header here). Each takes a stream (NULL = the
+ * default stream), checks its arguments (ERR_INVAL), launches, and checks
+ * the launch (ERR_DEVICE, text in k_cuda_last_error()); none synchronizes,
+ * so all of them can be captured in a CUDA graph. d_* are device pointers.
+ * CPU counterparts: kernels/cpu/ops.h (kops_*_ref) and engine/forward.c;
+ * tests: tests/kernels/test_cuda_ops.c.
+ *
+ * 16-bit outputs (out_dt DT_F16 or DT_BF16) are rounded to nearest even from
+ * the F32 result; DT_F32 outputs are also accepted everywhere out_dt is.
+ */
+#ifndef AORTA_KERNELS_CUDA_KCUDA_OPS_H
+#define AORTA_KERNELS_CUDA_KCUDA_OPS_H
+
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* d_x[r, :] = float(table[tokens[r], :]) for r < n_rows; table is
+ * [vocab, hidden] in table_dt (DT_F32, DT_F16 or DT_BF16). The caller has
+ * checked the token ids. */
+int k_embed(void *stream, const void *d_table, enum dtype table_dt, int hidden,
+	    const int32_t *d_tokens, int n_rows, float *d_x);
+
+/* For every row r < n_rows: if d_add, d_x[r] += d_add[r]; then
+ * d_out[r] = d_x[r] / rms(d_x[r]) * d_w (F32 math, eps inside the sqrt, as
+ * kops_rmsnorm_ref). d_x, d_add: F32 [n_rows, hidden]; d_w: F32 [hidden];
+ * d_out: [n_rows, hidden] in out_dt. */
+int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const float *d_w, int n_rows,
+		  int hidden, float eps, void *d_out, enum dtype out_dt);
+
+/* Gathered norm for the LM head: d_out[i] = rmsnorm(d_x[d_rows[i]]) * d_w
+ * for i < n_out (no add). */
+int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_rows, int n_out,
+		   const float *d_w, int hidden, float eps, void *d_out, enum dtype out_dt);
+
+/* After the fused QKV GEMM. d_qkv: F32 [n_rows, q_dim + 2 * kv_dim] with
+ * q_dim = n_heads * head_dim and kv_dim = n_kv_heads * head_dim, columns
+ * q | k | v. Per row, in order (as engine/forward.c job_qkv_post):
+ *   + bias (d_bias F32 [q_dim + 2 kv_dim], may be NULL);
+ *   per-head RMSNorm of q (d_q_norm F32 [head_dim]) and k (d_k_norm), both
+ *     NULL or both set, eps;
+ *   RoPE on q and k at d_positions[r]: angle_i = pos * d_inv_freq[i]
+ *     (i < head_dim/2), NEOX pairs (i, i + half), NORM pairs (2i, 2i+1)
+ *     (style: 0 = NEOX, 1 = NORM, as enum kops_rope_style); angles in F32
+ *     from pos * inv_freq computed in double-equivalent precision is not
+ *     required: use sincosf of (float)pos * inv_freq rounded once — the test
+ *     tolerance allows for it;
+ *   q written to d_q (F32 [n_rows, q_dim]);
+ *   k and v stored into the layer's paged pools d_k_cache / d_v_cache
+ *     (kv_dt: DT_F32, DT_F16 or DT_BF16) at slot d_slots[r], laid out as
+ *     kops_kv_offset(slot / block_size, slot % block_size, head, ...); a
+ *     negative slot means "do not store" (padding rows of a CUDA graph). */
+struct k_qkv_args {
+	const float *qkv;
+	const float *bias;
+	const float *q_norm, *k_norm;
+	float eps;
+	const float *inv_freq;
+	int rope_style;
+	const int32_t *positions;
+	const int32_t *slots;
+	int n_rows, n_heads, n_kv_heads, head_dim, block_size;
+	float *q;
+	void *k_cache, *v_cache;
+	enum dtype kv_dt;
+};
+int k_qkv_rope_store(void *stream, const struct k_qkv_args *a);
+
+/* d_out[r, i] = silu(gu[r, i]) * gu[r, ffn + i] for i < ffn; d_gu is F32
+ * [n_rows, 2 * ffn] (gate columns then up columns, the fused GEMM's output);
+ * d_out is [n_rows, ffn] in out_dt. */
+int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, void *d_out,
+	       enum dtype out_dt);
+
+/* d_out[r] = index of the largest of d_logits[r, 0..vocab) (lowest index on
+ * ties, as kops_argmax; NaN never wins). */
+int k_argmax(void *stream, const float *d_logits, int n_rows, int vocab, int32_t *d_out);
+
+/* d_out[i] = (out_dt) d_in[i] for i < n (F32 -> F16/BF16/F32). */
+int k_cast_f32(void *stream, const float *d_in, size_t n, void *d_out, enum dtype out_dt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

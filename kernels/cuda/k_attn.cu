@@ -1,0 +1,687 @@
+// kernels/cuda/k_attn.cu — paged attention on the GPU (kcuda_attn.h):
+// split-KV flash-decoding with a log-sum-exp merge, and a flash-attention
+// style prefill over tiles of query rows. SIMT F32 math throughout (no tensor
+// cores yet): K/V are converted to F32 on load (F32, F16, BF16, FP8 E4M3).
+// CPU counterpart: kops_attn_group_ref (kernels/cpu/ops_ref.c);
+// test: tests/kernels/test_cuda_attn.c.
+#include <cuda_fp8.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/kcuda_attn.h"
+#include "kernels/cuda/kcuda_internal.h"
+
+namespace {
+
+// ---- geometry shared by host and device -----------------------------------------
+
+// Decode: the context is cut into at most MAX_SPLITS splits whose length is a
+// multiple of SPLIT_UNIT positions; the split length depends on max_ctx only,
+// so the grid of a captured graph stays valid for every shorter context.
+constexpr int SPLIT_UNIT = 256;
+constexpr int MAX_SPLITS = 32;
+constexpr int DEC_THREADS = 128;
+constexpr int DEC_HEADS = 8; // query heads of one kv head handled by one decode CTA
+constexpr int PF_THREADS = 256;
+
+// Prefill tile per head_dim: QN query vectors (row x head pairs) per CTA,
+// BK keys per K/V tile; a 16 x 16 thread grid where each thread owns RQ
+// query vectors (ty + 16 i) and RK keys (tx + 16 j) of the score tile.
+template <int HD> struct pf_cfg;
+template <> struct pf_cfg<64> {
+	static constexpr int QN = 64, BK = 64, RQ = 4, RK = 4;
+};
+template <> struct pf_cfg<128> {
+	static constexpr int QN = 64, BK = 32, RQ = 4, RK = 2;
+};
+template <> struct pf_cfg<256> {
+	static constexpr int QN = 32, BK = 32, RQ = 2, RK = 2;
+};
+
+struct attn_geo {
+	int group;	   // n_heads / n_kv_heads
+	int hc;		   // query heads per CTA (a chunk of the group)
+	int n_hchunks;	   // chunks per kv head: grid.y = n_kv_heads * n_hchunks
+	int n_splits;	   // decode
+	int split_len;	   // decode
+	int rows_per_tile; // prefill
+	int ctx_limit;	   // positions past this are never read (table size, max_ctx)
+	float k_mul;	   // scale (* k_scale for FP8)
+	float v_mul;	   // 1 (v_scale for FP8)
+};
+
+int split_len_for(int max_ctx)
+{
+	long long per = ((long long)max_ctx + MAX_SPLITS - 1) / MAX_SPLITS;
+	long long len = (per + SPLIT_UNIT - 1) / SPLIT_UNIT * SPLIT_UNIT;
+	return len < SPLIT_UNIT ? SPLIT_UNIT : (int)len;
+}
+
+int n_splits_for(int max_ctx)
+{
+	int len = split_len_for(max_ctx);
+	return (int)(((long long)max_ctx + len - 1) / len);
+}
+
+// ---- device helpers ---------------------------------------------------------------
+
+// Number of positions row r attends: positions[r] + 1, 0 for a negative
+// position (padding), never more than limit.
+__device__ __forceinline__ int row_ctx(int pos, int limit)
+{
+	if (pos < 0)
+		return 0;
+	return pos >= limit ? limit : pos + 1;
+}
+
+// Element offset of position t of a sequence (its block table) for kv head kvh.
+__device__ __forceinline__ size_t kv_off(const int32_t *table, int t, int bs, int n_kv, int kvh,
+					 int hd)
+{
+	const size_t b = (size_t)(uint32_t)table[t / bs];
+	return ((b * (size_t)n_kv + (size_t)kvh) * (size_t)bs + (size_t)(t % bs)) * (size_t)hd;
+}
+
+// Eight consecutive K/V values as floats; p is aligned to 8 elements.
+__device__ __forceinline__ void load8(const float *p, float f[8])
+{
+	const float4 a = *reinterpret_cast<const float4 *>(p);
+	const float4 b = *reinterpret_cast<const float4 *>(p + 4);
+	f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+	f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const __half *p, float f[8])
+{
+	const uint4 u = *reinterpret_cast<const uint4 *>(p);
+	const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float2 x = __half22float2(h[i]);
+		f[2 * i] = x.x, f[2 * i + 1] = x.y;
+	}
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16 *p, float f[8])
+{
+	const uint4 u = *reinterpret_cast<const uint4 *>(p);
+	const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float2 x = __bfloat1622float2(h[i]);
+		f[2 * i] = x.x, f[2 * i + 1] = x.y;
+	}
+}
+
+// E4M3 values are exact in F16, so the pairwise FP8 -> F16 conversion loses nothing.
+__device__ __forceinline__ void load8(const __nv_fp8_e4m3 *p, float f[8])
+{
+	const uint2 u = *reinterpret_cast<const uint2 *>(p);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const unsigned w = ((i < 2 ? u.x : u.y) >> (16 * (i & 1))) & 0xffffu;
+		const __half2_raw r =
+			__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)w, __NV_E4M3);
+		const float2 x = __half22float2(__half2(r));
+		f[2 * i] = x.x, f[2 * i + 1] = x.y;
+	}
+}
+
+__device__ __forceinline__ void zero8(float f[8])
+{
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		f[i] = 0.0f;
+}
+
+// ---- decode: one CTA per (row, kv head x head chunk, split) ------------------------
+//
+// A warp covers RPW positions at a time, LPR = HD / 8 lanes per position, each
+// lane holding 8 dims of K, V, the chunk's queries and accumulators. Every
+// subgroup of LPR lanes keeps its own running max/sum per query head; the CTA
+// merges its subgroups through shared memory and either writes the output
+// (one split) or a partial (max, sum, acc) for attn_merge_kernel.
+
+template <int HD, typename KT>
+__global__ void __launch_bounds__(DEC_THREADS)
+	attn_decode_kernel(const k_attn_args a, const attn_geo g)
+{
+	constexpr int LPR = HD / 8;
+	constexpr int RPW = 32 / LPR;
+	constexpr int NWARP = DEC_THREADS / 32;
+	constexpr int NSG = DEC_THREADS / LPR;
+	__shared__ float sm_m[NSG][DEC_HEADS];
+	__shared__ float sm_l[NSG][DEC_HEADS];
+	__shared__ __align__(16) float sm_acc[NSG][DEC_HEADS][HD];
+
+	const int r = blockIdx.x;
+	const int kvh = blockIdx.y / g.n_hchunks;
+	const int hbeg = (blockIdx.y % g.n_hchunks) * DEC_HEADS; // within the group
+	const int h0 = kvh * g.group + hbeg;			  // first query head
+	const int ng = min(DEC_HEADS, g.group - hbeg);
+	const int split = blockIdx.z;
+	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
+	const long long t_begin_ll = (long long)split * g.split_len;
+	// splits past the context: the merge never reads them
+	if (g.n_splits > 1 && t_begin_ll >= n_ctx)
+		return;
+	const int t_begin = (int)min(t_begin_ll, (long long)n_ctx);
+	const int t_end = (int)min((long long)n_ctx, t_begin_ll + g.split_len);
+
+	const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+	const int sub = lane / LPR, li = lane % LPR, sg = tid / LPR;
+	const int d0 = li * 8;
+	const size_t qkv_row = (size_t)r * (size_t)a.n_heads * HD; // q and out row start
+
+	float q[DEC_HEADS][8], acc[DEC_HEADS][8], m[DEC_HEADS], l[DEC_HEADS];
+#pragma unroll
+	for (int h = 0; h < DEC_HEADS; h++) {
+		m[h] = -INFINITY;
+		l[h] = 0.0f;
+		zero8(acc[h]);
+		if (h < ng)
+			load8(a.q + qkv_row + (size_t)(h0 + h) * HD + d0, q[h]);
+		else
+			zero8(q[h]);
+	}
+
+	const int32_t *table = a.block_tables + (size_t)a.row_seq[r] * a.max_blocks_per_seq;
+	const KT *kc = (const KT *)a.k_cache;
+	const KT *vc = (const KT *)a.v_cache;
+	// t0 is warp-uniform, so every lane of a warp runs the same iterations
+	// and the full-mask shuffles below always see 32 active lanes.
+	for (int t0 = t_begin + warp * RPW; t0 < t_end; t0 += NWARP * RPW) {
+		const int t = t0 + sub;
+		const bool valid = t < t_end;
+		float k[8], v[8];
+		if (valid) {
+			const size_t off =
+				kv_off(table, t, a.block_size, a.n_kv_heads, kvh, HD) + d0;
+			load8(kc + off, k);
+			load8(vc + off, v);
+		} else {
+			zero8(k);
+			zero8(v);
+		}
+#pragma unroll
+		for (int h = 0; h < DEC_HEADS; h++) {
+			if (h >= ng) // uniform over the CTA
+				continue;
+			float dot = 0.0f;
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				dot = fmaf(q[h][i], k[i], dot);
+#pragma unroll
+			for (int o = LPR / 2; o > 0; o >>= 1)
+				dot += __shfl_xor_sync(0xffffffffu, dot, o);
+			const float s = valid ? dot * g.k_mul : -INFINITY;
+			const float m_new = fmaxf(m[h], s);
+			if (m_new == -INFINITY)
+				continue;
+			const float alpha = expf(m[h] - m_new); // 0 while m[h] is -inf
+			const float p = expf(s - m_new);	// 0 for an invalid position
+			l[h] = l[h] * alpha + p;
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				acc[h][i] = fmaf(p, v[i], acc[h][i] * alpha);
+			m[h] = m_new;
+		}
+	}
+
+#pragma unroll
+	for (int h = 0; h < DEC_HEADS; h++) {
+		if (li == 0) {
+			sm_m[sg][h] = m[h];
+			sm_l[sg][h] = l[h];
+		}
+		float4 *dst = reinterpret_cast<float4 *>(&sm_acc[sg][h][d0]);
+		dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+		dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+	}
+	__syncthreads();
+
+	float *ws = (float *)a.workspace;
+	const size_t n_part = (size_t)a.n_rows * a.n_heads * g.n_splits;
+	for (int idx = tid; idx < ng * HD; idx += DEC_THREADS) {
+		const int h = idx / HD, d = idx % HD;
+		float M = -INFINITY;
+		for (int i = 0; i < NSG; i++)
+			M = fmaxf(M, sm_m[i][h]);
+		float L = 0.0f, A = 0.0f;
+		if (M != -INFINITY) {
+			for (int i = 0; i < NSG; i++) {
+				const float mi = sm_m[i][h];
+				if (mi == -INFINITY)
+					continue;
+				const float w = expf(mi - M);
+				L = fmaf(w, sm_l[i][h], L);
+				A = fmaf(w, sm_acc[i][h][d], A);
+			}
+		}
+		const size_t hrow = (size_t)r * a.n_heads + h0 + h; // (row, query head)
+		if (g.n_splits == 1) {
+			kcu_store(a.out, a.out_dt, hrow * HD + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
+		} else {
+			const size_t part = hrow * g.n_splits + split;
+			ws[n_part * 2 + part * HD + d] = A;
+			if (d == 0) {
+				ws[part * 2] = M;
+				ws[part * 2 + 1] = L;
+			}
+		}
+	}
+}
+
+// One CTA per (row, query head), one thread per dim: log-sum-exp merge of
+// the splits that hold part of the row's context.
+__global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
+{
+	const int r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
+	const int n_used = min(g.n_splits, (int)(((long long)n_ctx + g.split_len - 1) / g.split_len));
+	const size_t hrow = (size_t)r * a.n_heads + h;
+	const size_t n_part = (size_t)a.n_rows * a.n_heads * g.n_splits;
+	const float *ws = (const float *)a.workspace;
+	const float *ml = ws + hrow * g.n_splits * 2;
+	const float *acc = ws + n_part * 2 + hrow * g.n_splits * hd;
+	float M = -INFINITY;
+	for (int i = 0; i < n_used; i++)
+		M = fmaxf(M, ml[2 * i]);
+	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+		float L = 0.0f, A = 0.0f;
+		if (M != -INFINITY) {
+			for (int i = 0; i < n_used; i++) {
+				const float mi = ml[2 * i];
+				if (mi == -INFINITY)
+					continue;
+				const float w = expf(mi - M);
+				L = fmaf(w, ml[2 * i + 1], L);
+				A = fmaf(w, acc[(size_t)i * hd + d], A);
+			}
+		}
+		kcu_store(a.out, a.out_dt, hrow * hd + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
+	}
+}
+
+// ---- prefill: one CTA per (query tile of one sequence, kv head x head chunk) ----
+//
+// Query vector qv of the tile is (row row0 + qv / hc, head hbeg + qv % hc).
+// Per K/V tile of BK positions: K -> shared (F32), scores in registers, masked
+// per query by its own position, online softmax, P -> shared; then V into the
+// same buffer and acc += P V. Dynamic shared memory, in floats:
+//   Qs[QN][HD] | KVs[BK][HD + 4] | Ps[QN][BK + 16] | qlast[QN] (int)
+// (the pads keep float4 rows 16-byte aligned and spread the banks).
+
+template <int HD> constexpr size_t pf_smem_bytes()
+{
+	using C = pf_cfg<HD>;
+	return sizeof(float) * ((size_t)C::QN * HD + (size_t)C::BK * (HD + 4) +
+				(size_t)C::QN * (C::BK + 16) + C::QN);
+}
+
+template <int HD, typename KT>
+__device__ __forceinline__ void pf_load_tile(const KT *pool, const int32_t *table, int kt0,
+					     int n_kv, const k_attn_args &a, int kvh, float *dst)
+{
+	using C = pf_cfg<HD>;
+	constexpr int KS = HD + 4, V8 = HD / 8;
+	for (int e = threadIdx.x; e < C::BK * V8; e += PF_THREADS) {
+		const int k = e / V8, d = (e % V8) * 8;
+		const int t = kt0 + k;
+		float f[8];
+		if (t < n_kv)
+			load8(pool + kv_off(table, t, a.block_size, a.n_kv_heads, kvh, HD) + d, f);
+		else
+			zero8(f); // zeros, not garbage: P = 0 times NaN would be NaN
+		float4 *o = reinterpret_cast<float4 *>(dst + k * KS + d);
+		o[0] = make_float4(f[0], f[1], f[2], f[3]);
+		o[1] = make_float4(f[4], f[5], f[6], f[7]);
+	}
+}
+
+template <int HD, typename KT>
+__global__ void __launch_bounds__(PF_THREADS)
+	attn_prefill_kernel(const k_attn_args a, const attn_geo g)
+{
+	using C = pf_cfg<HD>;
+	constexpr int QN = C::QN, BK = C::BK, RQ = C::RQ, RK = C::RK;
+	constexpr int KS = HD + 4, PS = BK + 16, NC = HD / 64;
+	static_assert(QN == 16 * RQ && BK == 16 * RK && PF_THREADS == 256, "16 x 16 thread grid");
+	extern __shared__ __align__(16) float smem[];
+	float *Qs = smem;
+	float *KVs = Qs + QN * HD;
+	float *Ps = KVs + BK * KS;
+	int *qlast = reinterpret_cast<int *>(Ps + QN * PS);
+
+	const int s = blockIdx.z;
+	const int kvh = blockIdx.y / g.n_hchunks;
+	const int hbeg = (blockIdx.y % g.n_hchunks) * g.hc;
+	const int ng = min(g.hc, g.group - hbeg);
+	const int row0 = a.seq_start[s] + (int)blockIdx.x * g.rows_per_tile;
+	const int row_end = min(a.seq_start[s + 1], row0 + g.rows_per_tile);
+	if (row0 >= row_end) // uniform: the whole CTA leaves before any barrier
+		return;
+	const int tid = threadIdx.x;
+
+	// Q tile (unused query vectors are zero) and each query's last position
+	for (int e = tid; e < QN * (HD / 4); e += PF_THREADS) {
+		const int qv = e / (HD / 4), d = (e % (HD / 4)) * 4;
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (row < row_end && h < ng)
+			x = *reinterpret_cast<const float4 *>(
+				a.q + ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD + d);
+		*reinterpret_cast<float4 *>(Qs + qv * HD + d) = x;
+	}
+	for (int qv = tid; qv < QN; qv += PF_THREADS) {
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		qlast[qv] = row < row_end && h < ng ? row_ctx(a.positions[row], g.ctx_limit) - 1 : -1;
+	}
+	__syncthreads();
+	int tmax = -1;
+	for (int i = 0; i < QN; i++)
+		tmax = max(tmax, qlast[i]);
+	const int n_kv = tmax + 1; // positions the tile reads: 0 .. tmax
+
+	const int ty = tid / 16, tx = tid % 16;
+	int my_last[RQ];
+	float m[RQ], l[RQ], o[RQ][NC][4];
+#pragma unroll
+	for (int i = 0; i < RQ; i++) {
+		my_last[i] = qlast[ty + 16 * i];
+		m[i] = -INFINITY;
+		l[i] = 0.0f;
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+			o[i][c][0] = o[i][c][1] = o[i][c][2] = o[i][c][3] = 0.0f;
+	}
+
+	const int32_t *table = a.block_tables + (size_t)s * a.max_blocks_per_seq;
+	for (int kt0 = 0; kt0 < n_kv; kt0 += BK) {
+		pf_load_tile<HD>((const KT *)a.k_cache, table, kt0, n_kv, a, kvh, KVs);
+		__syncthreads();
+
+		float sc[RQ][RK];
+#pragma unroll
+		for (int i = 0; i < RQ; i++)
+#pragma unroll
+			for (int j = 0; j < RK; j++)
+				sc[i][j] = 0.0f;
+#pragma unroll 4
+		for (int d = 0; d < HD; d += 4) {
+			float4 qa[RQ], kb[RK];
+#pragma unroll
+			for (int i = 0; i < RQ; i++)
+				qa[i] = *reinterpret_cast<const float4 *>(Qs + (ty + 16 * i) * HD + d);
+#pragma unroll
+			for (int j = 0; j < RK; j++)
+				kb[j] = *reinterpret_cast<const float4 *>(KVs + (tx + 16 * j) * KS + d);
+#pragma unroll
+			for (int i = 0; i < RQ; i++)
+#pragma unroll
+				for (int j = 0; j < RK; j++) {
+					float x = sc[i][j];
+					x = fmaf(qa[i].x, kb[j].x, x);
+					x = fmaf(qa[i].y, kb[j].y, x);
+					x = fmaf(qa[i].z, kb[j].z, x);
+					x = fmaf(qa[i].w, kb[j].w, x);
+					sc[i][j] = x;
+				}
+		}
+
+		// online softmax; the 16 lanes of a half-warp share query rows ty + 16 i
+#pragma unroll
+		for (int i = 0; i < RQ; i++) {
+			float mx = -INFINITY;
+#pragma unroll
+			for (int j = 0; j < RK; j++) {
+				const int t = kt0 + tx + 16 * j;
+				sc[i][j] = t <= my_last[i] ? sc[i][j] * g.k_mul : -INFINITY;
+				mx = fmaxf(mx, sc[i][j]);
+			}
+#pragma unroll
+			for (int off = 8; off > 0; off >>= 1)
+				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+			const float m_new = fmaxf(m[i], mx);
+			float alpha = 1.0f, rs = 0.0f;
+			if (m_new != -INFINITY) {
+				alpha = expf(m[i] - m_new); // 0 while m[i] is -inf
+#pragma unroll
+				for (int j = 0; j < RK; j++) {
+					sc[i][j] = expf(sc[i][j] - m_new); // masked: exp(-inf) = 0
+					rs += sc[i][j];
+				}
+			} else {
+#pragma unroll
+				for (int j = 0; j < RK; j++)
+					sc[i][j] = 0.0f;
+			}
+#pragma unroll
+			for (int off = 8; off > 0; off >>= 1)
+				rs += __shfl_xor_sync(0xffffffffu, rs, off);
+			l[i] = l[i] * alpha + rs;
+			m[i] = m_new;
+#pragma unroll
+			for (int c = 0; c < NC; c++) {
+				o[i][c][0] *= alpha;
+				o[i][c][1] *= alpha;
+				o[i][c][2] *= alpha;
+				o[i][c][3] *= alpha;
+			}
+#pragma unroll
+			for (int j = 0; j < RK; j++)
+				Ps[(ty + 16 * i) * PS + tx + 16 * j] = sc[i][j];
+		}
+		__syncthreads(); // K no longer read; P visible
+
+		pf_load_tile<HD>((const KT *)a.v_cache, table, kt0, n_kv, a, kvh, KVs);
+		__syncthreads();
+
+#pragma unroll 4
+		for (int k = 0; k < BK; k++) {
+			float p[RQ];
+#pragma unroll
+			for (int i = 0; i < RQ; i++)
+				p[i] = Ps[(ty + 16 * i) * PS + k];
+#pragma unroll
+			for (int c = 0; c < NC; c++) {
+				const float4 v =
+					*reinterpret_cast<const float4 *>(KVs + k * KS + c * 64 + tx * 4);
+#pragma unroll
+				for (int i = 0; i < RQ; i++) {
+					o[i][c][0] = fmaf(p[i], v.x, o[i][c][0]);
+					o[i][c][1] = fmaf(p[i], v.y, o[i][c][1]);
+					o[i][c][2] = fmaf(p[i], v.z, o[i][c][2]);
+					o[i][c][3] = fmaf(p[i], v.w, o[i][c][3]);
+				}
+			}
+		}
+		__syncthreads(); // before the next tile overwrites KVs and Ps
+	}
+
+#pragma unroll
+	for (int i = 0; i < RQ; i++) {
+		const int qv = ty + 16 * i;
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		if (row >= row_end || h >= ng)
+			continue;
+		const float inv = l[i] > 0.0f ? g.v_mul / l[i] : 0.0f;
+		const size_t base = ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD;
+#pragma unroll
+		for (int c = 0; c < NC; c++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				kcu_store(a.out, a.out_dt, base + c * 64 + tx * 4 + e, o[i][c][e] * inv);
+	}
+}
+
+// ---- host side ------------------------------------------------------------------
+
+bool kv_dt_ok(enum dtype dt)
+{
+	return kcu_is_16bit_or_f32(dt) || dt == DT_F8_E4M3;
+}
+
+bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15u) == 0;
+}
+
+// Checks shared by both launchers; fills the parts of g they share.
+// *empty: nothing to launch (n_rows == 0).
+int check_common(const k_attn_args *a, attn_geo *g, bool *empty)
+{
+	*empty = false;
+	if (!a)
+		return ERR_INVAL;
+	if (a->head_dim != 64 && a->head_dim != 128 && a->head_dim != 256)
+		return ERR_UNSUPPORTED;
+	if (!kv_dt_ok(a->kv_dt) || !kcu_is_16bit_or_f32(a->out_dt))
+		return ERR_UNSUPPORTED;
+	if (a->n_rows < 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 ||
+	    a->n_heads % a->n_kv_heads != 0 || a->block_size <= 0 || a->max_blocks_per_seq <= 0 ||
+	    a->n_seqs <= 0 || !isfinite(a->scale))
+		return ERR_INVAL;
+	const bool fp8 = a->kv_dt == DT_F8_E4M3;
+	if (fp8 && !(isfinite(a->k_scale) && isfinite(a->v_scale) && a->k_scale > 0.0f &&
+		     a->v_scale > 0.0f))
+		return ERR_INVAL;
+	if (a->n_rows == 0) {
+		*empty = true;
+		return 0;
+	}
+	if (!a->q || !a->out || !a->k_cache || !a->v_cache || !a->block_tables || !a->positions)
+		return ERR_INVAL;
+	// float4 / 16-byte vector loads of q and the pools
+	if (!aligned16(a->q) || !aligned16(a->k_cache) || !aligned16(a->v_cache))
+		return ERR_INVAL;
+	g->group = a->n_heads / a->n_kv_heads;
+	long long limit = (long long)a->max_blocks_per_seq * a->block_size;
+	g->ctx_limit = limit > INT32_MAX ? INT32_MAX : (int)limit;
+	g->k_mul = fp8 ? a->scale * a->k_scale : a->scale;
+	g->v_mul = fp8 ? a->v_scale : 1.0f;
+	g->n_splits = 1;
+	g->split_len = 0;
+	g->rows_per_tile = 1;
+	return 0;
+}
+
+template <int HD, typename KT> int launch_decode(cudaStream_t st, const k_attn_args &a, const attn_geo &g)
+{
+	dim3 grid((unsigned)a.n_rows, (unsigned)(a.n_kv_heads * g.n_hchunks), (unsigned)g.n_splits);
+	attn_decode_kernel<HD, KT><<<grid, DEC_THREADS, 0, st>>>(a, g);
+	int rc = kcu_launched("attn_decode_kernel");
+	if (rc || g.n_splits == 1)
+		return rc;
+	attn_merge_kernel<<<dim3((unsigned)a.n_rows, (unsigned)a.n_heads), HD, 0, st>>>(a, g);
+	return kcu_launched("attn_merge_kernel");
+}
+
+template <int HD, typename KT>
+int launch_prefill(cudaStream_t st, const k_attn_args &a, attn_geo g)
+{
+	using C = pf_cfg<HD>;
+	g.hc = g.group < C::QN ? g.group : C::QN;
+	g.n_hchunks = (g.group + g.hc - 1) / g.hc;
+	g.rows_per_tile = C::QN / g.hc;
+	const long long gy = (long long)a.n_kv_heads * g.n_hchunks;
+	if (gy > 65535 || a.n_seqs > 65535)
+		return ERR_INVAL;
+	const unsigned gx = (unsigned)((a.max_rows_per_seq + g.rows_per_tile - 1) / g.rows_per_tile);
+	const size_t smem = pf_smem_bytes<HD>();
+	int rc = kcu_check(cudaFuncSetAttribute(attn_prefill_kernel<HD, KT>,
+						cudaFuncAttributeMaxDynamicSharedMemorySize,
+						(int)smem),
+			   "attn_prefill_kernel smem");
+	if (rc)
+		return rc;
+	attn_prefill_kernel<HD, KT><<<dim3(gx, (unsigned)gy, (unsigned)a.n_seqs), PF_THREADS, smem, st>>>(a, g);
+	return kcu_launched("attn_prefill_kernel");
+}
+
+template <int HD>
+int dispatch_kv(bool decode, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
+{
+	switch (a.kv_dt) {
+	case DT_F32:
+		return decode ? launch_decode<HD, float>(st, a, g) : launch_prefill<HD, float>(st, a, g);
+	case DT_F16:
+		return decode ? launch_decode<HD, __half>(st, a, g) : launch_prefill<HD, __half>(st, a, g);
+	case DT_BF16:
+		return decode ? launch_decode<HD, __nv_bfloat16>(st, a, g)
+			      : launch_prefill<HD, __nv_bfloat16>(st, a, g);
+	case DT_F8_E4M3:
+		return decode ? launch_decode<HD, __nv_fp8_e4m3>(st, a, g)
+			      : launch_prefill<HD, __nv_fp8_e4m3>(st, a, g);
+	default:
+		return ERR_UNSUPPORTED;
+	}
+}
+
+int dispatch(bool decode, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
+{
+	switch (a.head_dim) {
+	case 64:
+		return dispatch_kv<64>(decode, st, a, g);
+	case 128:
+		return dispatch_kv<128>(decode, st, a, g);
+	case 256:
+		return dispatch_kv<256>(decode, st, a, g);
+	default:
+		return ERR_UNSUPPORTED;
+	}
+}
+
+} // namespace
+
+extern "C" size_t k_attn_workspace_bytes(int max_rows, int n_heads, int head_dim, int max_ctx)
+{
+	if (max_rows <= 0 || n_heads <= 0 || head_dim <= 0 || max_ctx <= 0)
+		return 0;
+	// min(MAX_SPLITS, ceil(max_ctx / SPLIT_UNIT)) bounds n_splits_for(max_ctx)
+	// and grows with max_ctx, so a workspace sized for a larger max_ctx or
+	// more rows serves every smaller launch.
+	const long long units = ((long long)max_ctx + SPLIT_UNIT - 1) / SPLIT_UNIT;
+	const size_t splits = (size_t)(units < MAX_SPLITS ? units : MAX_SPLITS);
+	if (splits <= 1)
+		return 0; // one split writes the output directly
+	return (size_t)max_rows * (size_t)n_heads * splits * ((size_t)head_dim + 2) * sizeof(float);
+}
+
+extern "C" int k_attn_decode(void *stream, const struct k_attn_args *a)
+{
+	attn_geo g;
+	bool empty;
+	int rc = check_common(a, &g, &empty);
+	if (rc || empty)
+		return rc;
+	if (!a->row_seq || a->max_ctx <= 0)
+		return ERR_INVAL;
+	g.hc = DEC_HEADS;
+	g.n_hchunks = (g.group + DEC_HEADS - 1) / DEC_HEADS;
+	if ((long long)a->n_kv_heads * g.n_hchunks > 65535)
+		return ERR_INVAL;
+	g.split_len = split_len_for(a->max_ctx);
+	g.n_splits = n_splits_for(a->max_ctx);
+	if (a->max_ctx < g.ctx_limit)
+		g.ctx_limit = a->max_ctx;
+	if (g.n_splits > 1) {
+		const size_t need =
+			k_attn_workspace_bytes(a->n_rows, a->n_heads, a->head_dim, a->max_ctx);
+		if (!a->workspace || a->workspace_bytes < need || ((uintptr_t)a->workspace & 3u))
+			return ERR_INVAL;
+	}
+	return dispatch(true, (cudaStream_t)stream, *a, g);
+}
+
+extern "C" int k_attn_prefill(void *stream, const struct k_attn_args *a)
+{
+	attn_geo g;
+	bool empty;
+	int rc = check_common(a, &g, &empty);
+	if (rc || empty)
+		return rc;
+	if (!a->seq_start || a->max_rows_per_seq <= 0)
+		return ERR_INVAL;
+	return dispatch(false, (cudaStream_t)stream, *a, g);
+}

@@ -9,11 +9,13 @@
  * the backend.
  *
  * Implementations: engine/cpu_backend.c (always; the reference every other
- * backend is tested against). The CUDA one will live beside it.
+ * backend is tested against) and engine/cuda_backend.c (builds with CUDA;
+ * kernels/cuda). Shared by both: engine/backend_util.c.
  */
 #ifndef AORTA_ENGINE_BACKEND_H
 #define AORTA_ENGINE_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -44,5 +46,23 @@ struct backend {
  * activations for opts->max_batch_tokens rows and the KV pool. */
 int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
 		       struct backend **out, struct diag *d);
+
+/* The CUDA backend (only in builds with CUDA; elsewhere create returns
+ * ERR_UNSUPPORTED and available is false). Uploads the weights, sizes the
+ * activations, then the KV pool: opts->n_kv_blocks, or when that is 0 what
+ * gpu_memory_utilization leaves (*n_kv_blocks_out says how many). */
+int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
+			struct backend **out, int *n_kv_blocks_out, struct diag *d);
+bool backend_cuda_available(void);
+
+/* ---- shared by the backends (engine/backend_util.c) ---- */
+
+/* The config's sizes are positive and consistent (GQA divides, even head_dim,
+ * RoPE parameters valid, nothing implausibly large). */
+int backend_check_config(const struct model_config *c, struct diag *d);
+/* RoPE inverse frequencies [head_dim / 2] with the config's scaling (or a
+ * GGUF rope_freqs tensor), computed in double. */
+void backend_rope_inv_freq(const struct model_config *c, const struct tensor *freq_factors,
+			   float *out);
 
 #endif

@@ -11,7 +11,7 @@
 
 struct engine {
 	const struct model *m;
-	struct engine_opts opts;
+	struct engine_opts opts; /* n_kv_blocks as created, device resolved */
 	struct backend *be;
 };
 
@@ -21,11 +21,15 @@ static int check_opts(const struct engine_opts *o, struct diag *d)
 		return diag_set(d, ERR_INVAL, "n_threads %d out of range", o->n_threads);
 	if (o->block_size <= 0 || o->block_size > 4096)
 		return diag_set(d, ERR_INVAL, "block_size %d out of range", o->block_size);
-	if (o->n_kv_blocks <= 0 || (int64_t)o->n_kv_blocks * o->block_size > INT32_MAX)
+	const bool cuda = o->device == ENGINE_DEVICE_CUDA;
+	if (o->n_kv_blocks < (cuda ? 0 : 1) || (int64_t)o->n_kv_blocks * o->block_size > INT32_MAX)
 		return diag_set(d, ERR_INVAL, "n_kv_blocks %d out of range", o->n_kv_blocks);
-	if (o->kv_dtype != DT_F32 && o->kv_dtype != DT_F16)
+	if (!cuda && o->kv_dtype != DT_F32 && o->kv_dtype != DT_F16)
 		return diag_set(d, ERR_UNSUPPORTED, "KV dtype %s: the CPU backend has f32 and f16",
 				dtype_name(o->kv_dtype));
+	if (o->gpu_memory_utilization < 0 || o->gpu_memory_utilization > 1)
+		return diag_set(d, ERR_INVAL, "gpu_memory_utilization %g is not in [0, 1]",
+				o->gpu_memory_utilization);
 	if (o->max_batch_tokens <= 0 || o->max_seqs <= 0 || o->max_blocks_per_seq <= 0)
 		return diag_set(d, ERR_INVAL, "max_batch_tokens, max_seqs and max_blocks_per_seq "
 				"must be positive");
@@ -42,20 +46,45 @@ int engine_create(const struct model *m, const struct engine_opts *opts, struct 
 	*out = NULL;
 	if (!m || !opts)
 		return diag_set(d, ERR_INVAL, "no model or options");
-	int rc = check_opts(opts, d);
+	struct engine_opts o = *opts;
+	if (o.device == ENGINE_DEVICE_AUTO)
+		o.device = backend_cuda_available() ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+	int rc = check_opts(&o, d);
 	if (rc)
 		return rc;
 	struct engine *e = calloc(1, sizeof *e);
 	if (!e)
 		return diag_set(d, ERR_NOMEM, "out of memory");
 	e->m = m;
-	e->opts = *opts;
-	if ((rc = backend_cpu_create(m, opts, &e->be, d))) {
+	if (o.device == ENGINE_DEVICE_CUDA) {
+		int n_blocks = 0;
+		rc = backend_cuda_create(m, &o, &e->be, &n_blocks, d);
+		o.n_kv_blocks = n_blocks;
+	} else {
+		rc = backend_cpu_create(m, &o, &e->be, d);
+	}
+	if (rc) {
 		free(e);
 		return rc;
 	}
+	e->opts = o;
 	*out = e;
 	return 0;
+}
+
+int engine_n_kv_blocks(const struct engine *e)
+{
+	return e->opts.n_kv_blocks;
+}
+
+const char *engine_backend_name(const struct engine *e)
+{
+	return e->be->ops->name;
+}
+
+bool engine_cuda_available(void)
+{
+	return backend_cuda_available();
 }
 
 void engine_destroy(struct engine *e)
@@ -153,7 +182,11 @@ int engine_copy_blocks(struct engine *e, const int32_t *src, const int32_t *dst,
 
 size_t engine_kv_block_bytes(const struct model_config *cfg, int block_size, enum dtype kv_dtype)
 {
-	size_t esize = kv_dtype == DT_F16 ? 2 : kv_dtype == DT_F32 ? 4 : 0, n;
+	size_t esize = kv_dtype == DT_F16 || kv_dtype == DT_BF16 ? 2
+		       : kv_dtype == DT_F32				? 4
+		       : kv_dtype == DT_F8_E4M3			? 1
+									: 0;
+	size_t n;
 	if (!cfg || esize == 0 || block_size <= 0 || cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 ||
 	    cfg->head_dim <= 0)
 		return 0;

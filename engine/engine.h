@@ -26,6 +26,11 @@
 #include "common/err.h"
 #include "engine/model.h"
 
+/* Where the engine runs. CPU is the default (0) so a zeroed engine_opts is
+ * the reference backend; AUTO picks CUDA when this build has it and a GPU is
+ * visible (engine_cuda_available), else the CPU. */
+enum engine_device { ENGINE_DEVICE_CPU = 0, ENGINE_DEVICE_CUDA, ENGINE_DEVICE_AUTO };
+
 /* Options for engine_create. The activations are sized for
  * max_batch_tokens rows; attention scratch for max_blocks_per_seq *
  * block_size positions per worker. */
@@ -40,6 +45,13 @@ struct engine_opts {
 	int max_batch_tokens;	  /* most rows in one step (sizes the activations) */
 	int max_seqs;		  /* most sequences in one step */
 	int max_blocks_per_seq;	  /* block table width; ceil(max_model_len / block_size) */
+	/* CUDA only (ignored on the CPU): */
+	enum engine_device device;
+	enum dtype gpu_dtype;	  /* weights/activations: DT_F16 or DT_BF16; DT_F32 (0) = auto:
+				   * BF16 for BF16 files, F16 otherwise (vLLM's --dtype auto) */
+	double gpu_memory_utilization; /* n_kv_blocks == 0: fill this fraction of device
+					* memory (weights + activations + KV); 0 = 0.9 */
+	bool enforce_eager;	  /* no CUDA graphs for decode steps */
 };
 
 /* One step. Rows are grouped by sequence: sequence s owns rows
@@ -72,6 +84,13 @@ struct engine;
  * (opts->quantization). */
 int engine_create(const struct model *m, const struct engine_opts *opts, struct engine **out,
 		  struct diag *d);
+/* n_kv_blocks may be 0 only with the CUDA backend: the pool then takes what
+ * gpu_memory_utilization leaves; engine_n_kv_blocks tells the result. */
+int engine_n_kv_blocks(const struct engine *e);
+/* "cpu" or "cuda": the backend engine_create picked. */
+const char *engine_backend_name(const struct engine *e);
+/* True when this build has the CUDA backend and a GPU is visible. */
+bool engine_cuda_available(void);
 void engine_destroy(struct engine *e);
 
 /* Run one step. logits: [n_logits, vocab] floats, written in logits_rows order.

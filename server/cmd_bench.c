@@ -325,17 +325,16 @@ static double probe_fma(struct kpool *pool)
 
 /* ---- engine runs ------------------------------------------------------------------ */
 
-static int run_prefill(struct engine *e, int n, int vocab, double *tok_s)
+static int run_prefill(struct engine *e, int n, int vocab, int mb, double *tok_s)
 {
-	int32_t *tok = malloc((size_t)n * 3 * sizeof(int32_t) + 64 * sizeof(int32_t));
+	int32_t *tok = malloc((size_t)n * 3 * sizeof(int32_t) + (size_t)mb * sizeof(int32_t));
 	float *logits = malloc((size_t)vocab * sizeof(float));
 	if (!tok || !logits) {
 		free(tok), free(logits);
 		return ERR_NOMEM;
 	}
 	int32_t *pos = tok + n, *slots = pos + n, *table = slots + n;
-	const int bs = 16;
-	for (int j = 0; j < (n + bs - 1) / bs && j < 64; j++)
+	for (int j = 0; j < mb; j++) /* blocks 0.. in order: slot i is position i */
 		table[j] = j;
 	for (int i = 0; i < n; i++) {
 		tok[i] = (i * 31 + 7) % vocab;
@@ -346,7 +345,7 @@ static int run_prefill(struct engine *e, int n, int vocab, double *tok_s)
 	struct engine_batch b = { .n_tokens = n, .tokens = tok, .positions = pos,
 				  .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
 				  .context_len = &ctx, .block_tables = table,
-				  .max_blocks_per_seq = 64, .n_logits = 1, .logits_rows = &row };
+				  .max_blocks_per_seq = mb, .n_logits = 1, .logits_rows = &row };
 	double t0 = now_s();
 	int rc = engine_forward(e, &b, logits);
 	*tok_s = n / (now_s() - t0);
@@ -360,12 +359,13 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Decode steps of B sequences; sequence s owns blocks [s*64, s*64+64).
+/* Decode steps of B sequences; sequence s owns blocks [s*mb, s*mb+mb).
  * *step_s is the median step time (other processes share these cores:
  * the median is steadier than the mean). */
-static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, double *step_s)
+static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, int mb,
+		      double *step_s)
 {
-	const int bs = 16, mb = 64;
+	const int bs = 16;
 	int32_t *buf = malloc(sizeof(int32_t) * ((size_t)B * (6 + mb) + 1));
 	float *logits = malloc((size_t)B * vocab * sizeof(float));
 	double *times = malloc(sizeof(double) * (size_t)steps);
@@ -409,9 +409,10 @@ static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, d
 
 static int bench_engine(int argc, char **argv)
 {
-	const char *model_path = NULL, *dtype_s = "f16", *kv_s = "f32", *quant_s = "none";
-	const char *batches_s = "1,4,16,64";
-	bool synthetic = false, probes = true;
+	const char *model_path = NULL, *dtype_s = "f16", *kv_s = "auto", *quant_s = "none";
+	const char *batches_s = "1,4,16,64", *device_s = "cpu";
+	bool synthetic = false, probes = true, eager = false;
+	double hbm_gbs = 4800, peak_tflops = 989;
 	int threads = 0, layers = 16, hidden = 2048, heads = 32, kv_heads = 8, ffn = 8192;
 	int vocab = 32000, prompt = 512, decode_ctx = 128, steps = 8;
 	const struct cli_opt opts[] = {
@@ -425,9 +426,16 @@ static int bench_engine(int argc, char **argv)
 		{ "ffn", CLI_INT, &ffn, "N", "synthetic: FFN size (8192)" },
 		{ "vocab", CLI_INT, &vocab, "N", "synthetic: vocabulary (32000)" },
 		{ "threads", CLI_INT, &threads, "N", "worker threads (0 = all cores)" },
-		{ "kv-cache-dtype", CLI_STR, &kv_s, "T", "f32|f16" },
+		{ "kv-cache-dtype", CLI_STR, &kv_s, "T",
+		  "auto|f32|f16|bf16 (auto: f32 on CPU, the weights' 16-bit type on CUDA)" },
+		{ "device", CLI_STR, &device_s, "D", "cpu|cuda|auto (default cpu)" },
+		{ "enforce-eager", CLI_BOOL, &eager, NULL, "CUDA: no CUDA graphs for decode" },
+		{ "hbm-gbs", CLI_DOUBLE, &hbm_gbs, "GB/s",
+		  "CUDA: nominal memory bandwidth to report decode against (4800: H200)" },
+		{ "peak-tflops", CLI_DOUBLE, &peak_tflops, "TFLOP/s",
+		  "CUDA: dense 16-bit peak to report prefill against (989: H100/H200 SXM)" },
 		{ "quantization", CLI_STR, &quant_s, "Q", "none|int8|fp8 (converts 16-bit weights)" },
-		{ "prompt", CLI_INT, &prompt, "N", "prefill prompt length (512)" },
+		{ "prompt", CLI_INT, &prompt, "N", "prefill prompt length (512; up to 8192)" },
 		{ "batches", CLI_STR, &batches_s, "LIST", "decode batch sizes (1,4,16,64)" },
 		{ "decode-ctx", CLI_INT, &decode_ctx, "N", "KV positions each decode attends over (128)" },
 		{ "steps", CLI_INT, &steps, "N", "timed decode steps per batch size (8)" },
@@ -447,13 +455,25 @@ static int bench_engine(int argc, char **argv)
 		return 0;
 	if (rc)
 		return 2;
-	enum dtype wdt, kvdt;
+	enum dtype wdt, kvdt = DT__COUNT;
+	enum engine_device dev = !strcmp(device_s, "cuda")   ? ENGINE_DEVICE_CUDA
+				 : !strcmp(device_s, "auto") ? ENGINE_DEVICE_AUTO
+							     : ENGINE_DEVICE_CPU;
+	if (dev == ENGINE_DEVICE_CPU && strcmp(device_s, "cpu")) {
+		fprintf(stderr, "bench engine: --device must be cpu, cuda or auto\n");
+		return 2;
+	}
+	if (dev == ENGINE_DEVICE_AUTO)
+		dev = engine_cuda_available() ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
 	if (dtype_parse(dtype_s, &wdt) || !(wdt == DT_F32 || wdt == DT_F16 || wdt == DT_BF16 ||
 					   wdt == DT_Q8_0) ||
-	    dtype_parse(kv_s, &kvdt)) {
+	    (strcmp(kv_s, "auto") && dtype_parse(kv_s, &kvdt))) {
 		fprintf(stderr, "bench engine: bad --dtype or --kv-cache-dtype\n");
 		return 2;
 	}
+	const bool cuda = dev == ENGINE_DEVICE_CUDA;
+	if (kvdt == DT__COUNT)
+		kvdt = !cuda ? DT_F32 : wdt == DT_BF16 ? DT_BF16 : DT_F16;
 	enum dtype quant = !strcmp(quant_s, "int8") ? DT_I8
 			   : !strcmp(quant_s, "fp8") ? DT_F8_E4M3
 						     : DT_F32;
@@ -465,12 +485,15 @@ static int bench_engine(int argc, char **argv)
 		fprintf(stderr, "bench engine: give exactly one of --model PATH and --synthetic\n");
 		return 2;
 	}
-	if (prompt < 1 || prompt > 1024 || decode_ctx < 0 || decode_ctx + steps + 1 > 1024 ||
+	if (prompt < 1 || prompt > 8192 || decode_ctx < 0 || decode_ctx + steps + 1 > 8192 ||
 	    steps < 1 || heads <= 0 || kv_heads <= 0 || hidden % heads) {
-		fprintf(stderr, "bench engine: --prompt 1..1024, --decode-ctx + --steps < 1024, "
+		fprintf(stderr, "bench engine: --prompt 1..8192, --decode-ctx + --steps < 8192, "
 				"hidden divisible by heads\n");
 		return 2;
 	}
+	/* blocks of 16 per sequence: enough for the prompt and the decode context */
+	int need = prompt > decode_ctx + steps + 1 ? prompt : decode_ctx + steps + 1;
+	const int mb = need <= 1024 ? 64 : (need + 15) / 16;
 	int batches[16], n_batches = 0, max_b = 1;
 	for (const char *p = batches_s; *p && n_batches < 16;) {
 		char *end;
@@ -521,10 +544,11 @@ static int bench_engine(int argc, char **argv)
 
 	int tokens = prompt > max_b ? prompt : max_b;
 	struct engine_opts eo = { .n_threads = threads, .block_size = 16,
-				  .n_kv_blocks = (max_b > 16 ? max_b : 16) * 64,
+				  .n_kv_blocks = (max_b > 16 ? max_b : 16) * mb,
 				  .kv_dtype = kvdt, .quantization = quant,
 				  .max_batch_tokens = tokens, .max_seqs = max_b,
-				  .max_blocks_per_seq = 64 };
+				  .max_blocks_per_seq = mb, .device = dev,
+				  .enforce_eager = eager };
 	struct engine *e = NULL;
 	struct kpool *pool = NULL;
 	if ((rc = engine_create(m, &eo, &e, &d)) || (rc = kpool_create(threads, &pool))) {
@@ -535,30 +559,40 @@ static int bench_engine(int argc, char **argv)
 		return 1;
 	}
 	const int nth = kpool_size(pool);
-	double bw = probes ? probe_bandwidth(pool) : 0;
-	double peak = probes ? probe_fma(pool) : 0;
-	kpool_destroy(pool);
-	if (probes)
+	double bw = 0, peak = 0;
+	if (cuda) {
+		/* GPU limits are nominal here; tests/bench/bench_cuda measures them
+		 * (copy bandwidth, cuBLAS GEMM) in the same tests/gpu/run.sh */
+		bw = hbm_gbs;
+		peak = peak_tflops * 1e3;
+		printf("engine: cuda; reporting against %.0f GB/s and %.0f TFLOP/s (nominal)\n",
+		       hbm_gbs, peak_tflops);
+	} else if (probes) {
+		bw = probe_bandwidth(pool);
+		peak = probe_fma(pool);
 		printf("machine: %d threads; triad bandwidth %.1f GB/s; FMA peak %.1f GFLOP/s\n",
 		       nth, bw, peak);
+	}
+	kpool_destroy(pool);
 
 	double ptps;
 	/* the first step faults in the activation buffers and KV pages: time the
 	 * second, the steady state a server sees */
-	if ((rc = run_prefill(e, prompt, vocab, &ptps)) || (rc = run_prefill(e, prompt, vocab, &ptps))) {
+	if ((rc = run_prefill(e, prompt, vocab, mb, &ptps)) ||
+	    (rc = run_prefill(e, prompt, vocab, mb, &ptps))) {
 		fprintf(stderr, "bench engine: prefill failed: %s\n", err_str(rc));
 	} else {
 		double gflops = 2.0 * step_weight_params(m) * ptps / 1e9;
 		printf("prefill: %d tokens: %.1f tokens/s, %.1f GFLOP/s of matmul", prompt, ptps,
 		       gflops);
 		if (peak > 0)
-			printf(" (%.0f%% of FMA peak)", 100.0 * gflops / peak);
+			printf(" (%.0f%% of %s peak)", 100.0 * gflops / peak, cuda ? "16-bit" : "FMA");
 		printf("\n");
 	}
 	double tps1 = 0;
 	for (int i = 0; i < n_batches && !rc; i++) {
 		double step;
-		if ((rc = run_decode(e, batches[i], decode_ctx, steps, vocab, &step))) {
+		if ((rc = run_decode(e, batches[i], decode_ctx, steps, vocab, mb, &step))) {
 			fprintf(stderr, "bench engine: decode failed: %s\n", err_str(rc));
 			break;
 		}
@@ -568,7 +602,7 @@ static int bench_engine(int argc, char **argv)
 		printf("decode: batch %3d: %8.1f tokens/s, step %7.2f ms, weights %.1f GB/s",
 		       batches[i], tps, step * 1e3, abw);
 		if (bw > 0)
-			printf(" = %3.0f%% of triad", 100.0 * abw / bw);
+			printf(" = %3.0f%% of %s", 100.0 * abw / bw, cuda ? "HBM" : "triad");
 		if (tps1 > 0 && batches[i] > 1)
 			printf(", %.1fx batch 1", tps / tps1);
 		printf("\n");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "engine/engine.h"
 #include "srv.h"
 
 #include "cli.h"
@@ -26,7 +27,12 @@ int cmd_serve(int argc, char **argv)
 		{ "port", CLI_INT, &c.port, "N", "port to listen on (default 8080)" },
 		{ "api-key", CLI_STR, &c.api_key, "KEY",
 		  "require 'Authorization: Bearer KEY' (also $AORTA_API_KEY)" },
-		{ "device", CLI_STR, &c.device, "auto|cpu|cuda", "where the engine runs (default auto)" },
+		{ "device", CLI_STR, &c.device, "auto|cpu|cuda",
+		  "where the engine runs (default auto: CUDA when a GPU is visible)" },
+		{ "dtype", CLI_STR, &c.dtype, "auto|half|float16|bfloat16",
+		  "CUDA weights and activations (default auto: bf16 models bf16, else f16)" },
+		{ "enforce-eager", CLI_BOOL, &c.enforce_eager, NULL,
+		  "CUDA: run decode steps eagerly, without CUDA graphs" },
 		{ "threads", CLI_INT, &c.threads, "N", "CPU worker threads (default: all cores)" },
 		{ "max-model-len", CLI_INT, &c.max_model_len, "N",
 		  "context length limit (default: the model's)" },
@@ -42,8 +48,8 @@ int cmd_serve(int argc, char **argv)
 		  "fraction of GPU memory to use (default 0.9)" },
 		{ "enable-prefix-caching", CLI_BOOL, &c.enable_prefix_caching, NULL,
 		  "reuse KV blocks of shared prefixes (default on)" },
-		{ "kv-cache-dtype", CLI_STR, &c.kv_cache_dtype, "auto|f32|f16|fp8",
-		  "KV cache element type (default auto)" },
+		{ "kv-cache-dtype", CLI_STR, &c.kv_cache_dtype, "auto|f32|f16|bf16|fp8",
+		  "KV cache element type (default auto: f32 on CPU, the compute dtype on CUDA)" },
 		{ "quantization", CLI_STR, &c.quantization, "none|int8|fp8",
 		  "convert 16-bit weights at load (default none)" },
 		{ "chat-template", CLI_STR, &c.chat_template, "FILE",
@@ -82,10 +88,10 @@ int cmd_serve(int argc, char **argv)
 		return 2;
 	if (srv_config_validate(&c, stderr))
 		return 2;
-	if (strcmp(c.device, "cuda") == 0) {
-		/* only the CUDA build smoke kernel exists so far (issue 9) */
-		fprintf(stderr, "aorta serve: --device cuda: the CUDA engine is not built yet; "
-				"use --device cpu (or auto, which picks the CPU engine)\n");
+	if (strcmp(c.device, "cuda") == 0 && !engine_cuda_available()) {
+		fprintf(stderr, "aorta serve: --device cuda: %s; use --device cpu (or auto)\n",
+			AORTA_HAVE_CUDA ? "no CUDA device is visible"
+					: "this build has no CUDA backend (nvcc was not found)");
 		return 2;
 	}
 	enum log_level lvl = LOG_INFO;

@@ -16,6 +16,7 @@ void srv_config_defaults(struct srv_config *c)
 	c->gpu_memory_utilization = 0.9;
 	c->enable_prefix_caching = true;
 	c->kv_cache_dtype = "auto";
+	c->dtype = "auto";
 	c->quantization = "none";
 	c->max_queued_requests = 1024;
 	c->max_request_bytes = 4ull << 20;
@@ -46,7 +47,8 @@ int srv_config_validate(const struct srv_config *c, FILE *err)
 		}                                               \
 	} while (0)
 	static const char *const devices[] = { "auto", "cpu", "cuda", NULL };
-	static const char *const kv_dtypes[] = { "auto", "f32", "f16", "fp8", NULL };
+	static const char *const kv_dtypes[] = { "auto", "f32", "f16", "bf16", "fp8", NULL };
+	static const char *const dtypes[] = { "auto", "half", "float16", "bfloat16", NULL };
 	static const char *const quants[] = { "none", "int8", "fp8", NULL };
 	static const char *const formats[] = { "text", "json", NULL };
 	static const char *const levels[] = { "debug", "info", "warn", "warning", "error", "off",
@@ -69,7 +71,9 @@ int srv_config_validate(const struct srv_config *c, FILE *err)
 	CHECK(c->gpu_memory_utilization > 0 && c->gpu_memory_utilization <= 1,
 	      "--gpu-memory-utilization must be in (0, 1] (got %g)", c->gpu_memory_utilization);
 	CHECK(one_of(c->kv_cache_dtype, kv_dtypes),
-	      "--kv-cache-dtype must be auto, f32, f16 or fp8 (got '%s')", c->kv_cache_dtype);
+	      "--kv-cache-dtype must be auto, f32, f16, bf16 or fp8 (got '%s')", c->kv_cache_dtype);
+	CHECK(one_of(c->dtype, dtypes), "--dtype must be auto, half, float16 or bfloat16 (got '%s')",
+	      c->dtype);
 	CHECK(one_of(c->quantization, quants), "--quantization must be none, int8 or fp8 (got '%s')",
 	      c->quantization);
 	CHECK(c->max_queued_requests >= 0, "--max-queued-requests must be >= 0 (got %d)",

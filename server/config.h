@@ -24,7 +24,9 @@ struct srv_config {
 	uint64_t kv_cache_memory;	/* --kv-cache-memory BYTES (CPU) */
 	double gpu_memory_utilization;	/* --gpu-memory-utilization (CUDA) */
 	bool enable_prefix_caching;	/* --enable-prefix-caching */
-	const char *kv_cache_dtype;	/* --kv-cache-dtype auto|f32|f16|fp8 */
+	const char *kv_cache_dtype;	/* --kv-cache-dtype auto|f32|f16|bf16|fp8 */
+	const char *dtype;		/* --dtype auto|half|float16|bfloat16 (CUDA compute) */
+	bool enforce_eager;		/* --enforce-eager: no CUDA graphs */
 	const char *quantization;	/* --quantization none|int8|fp8 */
 	const char *chat_template;	/* --chat-template FILE */
 	int max_queued_requests;	/* --max-queued-requests */

@@ -406,11 +406,27 @@ static void on_close(void *ud, struct http_req *r, bool completed)
 
 /* ---- loading --------------------------------------------------------------------- */
 
-static enum dtype kv_dtype_for(const char *name)
+/* --kv-cache-dtype: auto is F32 on the CPU and the compute dtype on CUDA. */
+static enum dtype kv_dtype_for(const char *name, bool cuda, enum dtype compute)
 {
 	if (!strcmp(name, "f16"))
 		return DT_F16;
-	return DT_F32; /* auto / f32 on CPU */
+	if (!strcmp(name, "bf16"))
+		return DT_BF16;
+	if (!strcmp(name, "f32"))
+		return DT_F32;
+	return cuda ? compute : DT_F32; /* auto (fp8 is refused or warned about before) */
+}
+
+/* --dtype for CUDA: half/float16 F16, bfloat16 BF16, auto as vLLM (BF16
+ * models stay BF16, everything else runs in F16). */
+static enum dtype compute_dtype_for(const char *name, const struct model *m)
+{
+	if (!strcmp(name, "bfloat16"))
+		return DT_BF16;
+	if (!strcmp(name, "half") || !strcmp(name, "float16"))
+		return DT_F16;
+	return m->cfg.n_layers > 0 && m->w.layers[0].wq.dtype == DT_BF16 ? DT_BF16 : DT_F16;
 }
 
 static void load_work(uv_work_t *w)
@@ -436,28 +452,37 @@ static void load_work(uv_work_t *w)
 	if (c->max_ctx > 0 && s->max_model_len > c->max_ctx)
 		log_warn("serve", "--max-model-len %d is over the model's context %d", s->max_model_len,
 			 c->max_ctx);
-	enum dtype kvt = kv_dtype_for(s->cfg.kv_cache_dtype);
-	if (!strcmp(s->cfg.kv_cache_dtype, "fp8"))
+	const bool cuda = !strcmp(s->cfg.device, "cuda") ||
+			  (!strcmp(s->cfg.device, "auto") && engine_cuda_available());
+	const enum dtype gdt = compute_dtype_for(s->cfg.dtype, s->model);
+	enum dtype kvt = kv_dtype_for(s->cfg.kv_cache_dtype, cuda, gdt);
+	if (!strcmp(s->cfg.kv_cache_dtype, "fp8")) {
+		if (cuda) {
+			snprintf(s->load_error, sizeof s->load_error,
+				 "--kv-cache-dtype fp8 is not implemented yet (issue 10); use auto, "
+				 "f16 or bf16");
+			return;
+		}
 		log_warn("serve", "--kv-cache-dtype fp8 is a CUDA option; the CPU KV cache uses f32");
+	}
 	int n_blocks = s->cfg.num_kv_blocks;
-	if (n_blocks <= 0) {
+	if (n_blocks <= 0 && !cuda) {
 		size_t per = engine_kv_block_bytes(c, s->cfg.block_size, kvt);
 		uint64_t nb = per ? s->cfg.kv_cache_memory / per : 0;
 		n_blocks = nb > 1000000 ? 1000000 : (int)nb;
 	}
 	int blocks_per_seq = (s->max_model_len + s->cfg.block_size - 1) / s->cfg.block_size;
-	if (n_blocks < blocks_per_seq) {
+	if (!cuda && n_blocks < blocks_per_seq) {
 		snprintf(s->load_error, sizeof s->load_error,
 			 "the KV cache (%d blocks of %d tokens) cannot hold one sequence of "
 			 "--max-model-len %d; raise --kv-cache-memory or lower --max-model-len",
 			 n_blocks, s->cfg.block_size, s->max_model_len);
 		return;
 	}
-	s->n_kv_blocks = n_blocks;
 	struct engine_opts eo = {
 		.n_threads = s->cfg.threads,
 		.block_size = s->cfg.block_size,
-		.n_kv_blocks = n_blocks,
+		.n_kv_blocks = n_blocks, /* 0 on CUDA: what --gpu-memory-utilization leaves */
 		.kv_dtype = kvt,
 		.quantization = !strcmp(s->cfg.quantization, "int8")  ? DT_I8
 				: !strcmp(s->cfg.quantization, "fp8") ? DT_F8_E4M3
@@ -465,16 +490,23 @@ static void load_work(uv_work_t *w)
 		.max_batch_tokens = s->cfg.max_num_batched_tokens,
 		.max_seqs = s->cfg.max_num_seqs,
 		.max_blocks_per_seq = blocks_per_seq,
+		.device = cuda ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU,
+		.gpu_dtype = gdt,
+		.gpu_memory_utilization = s->cfg.gpu_memory_utilization,
+		.enforce_eager = s->cfg.enforce_eager,
 	};
 	if ((rc = engine_create(s->model, &eo, &s->engine, &d))) {
 		snprintf(s->load_error, sizeof s->load_error, "cannot start the engine: %s",
 			 d.msg[0] ? d.msg : err_str(rc));
 		return;
 	}
-	log_info("serve", "model %s loaded in %.1f s: %s, %d layers, hidden %d, vocab %d; "
-			  "KV cache %d blocks x %d tokens; max model len %d",
-		 s->cfg.model, clock_now_s() - t0, model_arch_name(c->arch), c->n_layers, c->hidden,
-		 c->vocab, n_blocks, s->cfg.block_size, s->max_model_len);
+	n_blocks = engine_n_kv_blocks(s->engine);
+	s->n_kv_blocks = n_blocks;
+	log_info("serve", "model %s loaded in %.1f s on the %s engine: %s, %d layers, hidden %d, "
+			  "vocab %d; KV cache %d blocks x %d tokens (%s); max model len %d",
+		 s->cfg.model, clock_now_s() - t0, engine_backend_name(s->engine),
+		 model_arch_name(c->arch), c->n_layers, c->hidden, c->vocab, n_blocks,
+		 s->cfg.block_size, dtype_name(kvt), s->max_model_len);
 }
 
 static void close_all(struct srv *s);

@@ -1,0 +1,887 @@
+/* engine/cuda_backend.c — the CUDA backend: the Llama-family forward pass of
+ * engine/forward.c on the GPU, behind the same vtable (engine/backend.h).
+ *
+ * Memory plan (all device memory is allocated at create and freed at free):
+ *   weights, uploaded once: per layer the fused QKV matrix [q+2kv, hidden],
+ *     O [hidden, q], the fused gate|up matrix [2 ffn, hidden] and down
+ *     [hidden, ffn] in the 16-bit compute dtype (or 8-bit with scales per
+ *     output row: GGUF Q8_0, INT8, FP8 files, or --quantization), norms and
+ *     biases in F32, the embedding table in the compute dtype (it is also the
+ *     tied LM head);
+ *   activations for max_batch_tokens rows: the residual stream x (F32), the
+ *     normed rows xn, attention output and SwiGLU output (16-bit, GEMM
+ *     inputs), the QKV and gate|up GEMM outputs (F32), q (F32), a logits
+ *     buffer for up to LOGIT_ROWS rows, the attention split workspace, and one
+ *     staging area of batch metadata (pinned on the host, mirrored on the
+ *     device at fixed offsets, so captured graphs can replay it);
+ *   the paged KV pool, last: opts->n_kv_blocks blocks, or as many as fit in
+ *     gpu_memory_utilization of the device's memory after everything else.
+ *
+ * A step: copy the batch metadata, embed, then per layer
+ *   xn = rmsnorm(x); qkv = xn Wqkv; q, K/V-store = rope(...); attn = paged
+ *   attention (flash-decoding when every sequence has one row, else the
+ *   prefill kernel); x += attn Wo (the residual add is the GEMM's beta = 1);
+ *   xn = rmsnorm(x); gu = xn Wgu; act = silu(g) * u; x += act Wdown;
+ * then the final norm of the rows that need logits, the LM head, and one copy
+ * of the logits to the host. Pure-decode steps of up to GRAPH_MAX sequences
+ * are captured once per padded batch size into a CUDA graph and replayed
+ * (padding rows write no KV: slot -1). Everything runs on one stream; forward
+ * returns after the logits are on the host.
+ *
+ * Tests: tests/engine/test_cuda_engine.c (logits vs the CPU engine, greedy
+ * batch invariance, graphs vs eager); kernels: tests/kernels/. Only this file
+ * (outside kernels/cuda) talks to the GPU, through kernels/cuda's C headers.
+ */
+#include "engine/backend.h"
+
+#if AORTA_HAVE_CUDA
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/checked.h"
+#include "common/log.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_attn.h"
+#include "kernels/cuda/kcuda_gemm.h"
+#include "kernels/cuda/kcuda_ops.h"
+#include "kernels/cuda/kcuda_quant.h"
+
+#define LOGIT_ROWS 256	/* logits rows per LM-head pass */
+#define GRAPH_MAX 256	/* largest decode batch captured in a graph */
+#define N_GRAPH_SIZES 9 /* 1, 2, 4, ..., 256 */
+#define W8_GEMV_MAX_T 16 /* 8-bit weights: weight-only GEMV up to this many rows */
+
+/* A projection on the device: W [n, k] row-major in dt; 8-bit types carry
+ * one F32 scale per output row (per-tensor scales are expanded at upload). */
+struct cu_w {
+	enum dtype dt;
+	int n, k;
+	void *d;
+	float *d_scale;
+};
+
+struct cu_layer {
+	float *attn_norm, *ffn_norm; /* F32 [hidden] */
+	float *bqkv;		     /* F32 [q + 2 kv] or NULL */
+	float *q_norm, *k_norm;	     /* F32 [head_dim] or NULL */
+	struct cu_w qkv, o, gu, down;
+};
+
+/* Offsets (in int32 elements) of the batch metadata in the staging area. */
+struct cu_meta {
+	size_t tokens, positions, slots, row_seq, logit_rows, seq_start, tables, total;
+};
+
+struct cuda_backend {
+	struct backend base;
+	const struct model *m;
+	struct model_config cfg;
+	struct engine_opts o;
+	enum dtype gdt; /* 16-bit compute dtype */
+	struct k_cuda_props props;
+	void *stream;
+	struct k_blas *blas;
+
+	void **allocs; /* every device allocation but the KV pool */
+	int n_allocs, cap_allocs;
+	size_t weight_bytes;
+
+	struct cu_layer *layers;
+	void *embd; /* [vocab, hidden] gdt */
+	struct cu_w lm_head;
+	float *out_norm, *inv_freq;
+
+	void *kv; /* per layer K then V, kv_layer_bytes each */
+	size_t kv_layer_bytes;
+	int n_blocks, block_size;
+	enum dtype kv_dt;
+
+	int max_t, max_ctx;
+	float *x, *qkv, *q, *gu, *logits;
+	void *xn, *attn, *act;
+	void *xq; /* 8-bit activations for W8A8 GEMMs ([max_t, max k] bytes) */
+	float *xq_scale;
+	void *attn_ws;
+	size_t attn_ws_bytes;
+	struct cu_meta meta;
+	int32_t *h_meta, *d_meta; /* pinned host / device */
+	float *h_logits;	  /* pinned [LOGIT_ROWS, vocab] */
+
+	void *graphs[N_GRAPH_SIZES];
+	bool graphs_ok; /* capture failed once: stay eager */
+};
+
+static int dalloc(struct cuda_backend *cb, size_t bytes, void **out)
+{
+	*out = NULL;
+	if (cb->n_allocs == cb->cap_allocs) {
+		int cap = cb->cap_allocs ? cb->cap_allocs * 2 : 256;
+		void **n = realloc(cb->allocs, (size_t)cap * sizeof *n);
+		if (!n)
+			return ERR_NOMEM;
+		cb->allocs = n;
+		cb->cap_allocs = cap;
+	}
+	int rc = k_cuda_malloc(out, bytes ? bytes : 16);
+	if (rc)
+		return rc;
+	cb->allocs[cb->n_allocs++] = *out;
+	return 0;
+}
+
+static int upload(struct cuda_backend *cb, const void *host, size_t bytes, void **out)
+{
+	int rc = dalloc(cb, bytes, out);
+	if (!rc)
+		rc = k_cuda_memcpy_h2d(*out, host, bytes);
+	if (!rc)
+		cb->weight_bytes += bytes;
+	return rc;
+}
+
+static int dev_error(struct diag *d, int rc, const char *what)
+{
+	if (rc == ERR_NOMEM || rc == ERR_DEVICE)
+		return diag_set(d, rc, "%s: %s", what, k_cuda_last_error());
+	return diag_set(d, rc, "%s: %s", what, err_str(rc));
+}
+
+/* ---- weights ------------------------------------------------------------------ */
+
+static bool is_8bit(enum dtype t)
+{
+	return t == DT_Q8_0 || t == DT_I8 || t == DT_F8_E4M3;
+}
+
+/* A model tensor as a kmat of (rows, cols), after checking it is one. */
+static int view(const struct tensor *t, int64_t rows, int64_t cols, struct kmat *out,
+		struct diag *d)
+{
+	const char *name = t->name ? t->name : "(unnamed)";
+	if (!tensor_present(t))
+		return diag_set(d, ERR_FORMAT, "%s: weight missing", name);
+	if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
+		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld, %lld)", name, (long long)rows,
+				(long long)cols);
+	if (!(t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16 || is_8bit(t->dtype)))
+		return diag_set(d, ERR_UNSUPPORTED, "%s: dtype %s not supported by the CUDA backend",
+				name, dtype_name(t->dtype));
+	uint64_t row_bytes, total;
+	if (dtype_row_bytes(t->dtype, (uint64_t)cols, &row_bytes) ||
+	    ck_mul_u64(row_bytes, (uint64_t)rows, &total) || t->n_bytes < total)
+		return diag_set(d, ERR_FORMAT, "%s: %llu bytes is too small for its shape", name,
+				(unsigned long long)t->n_bytes);
+	if ((t->dtype == DT_I8 || t->dtype == DT_F8_E4M3) &&
+	    (!t->scale || !(t->n_scale == 1 || t->n_scale == rows)))
+		return diag_set(d, ERR_FORMAT, "%s: needs 1 or %lld scales", name, (long long)rows);
+	*out = (struct kmat){ .dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data,
+			      .scale = t->scale, .n_scale = t->n_scale };
+	return 0;
+}
+
+/* Rows [0, w->rows) of w as 16-bit gdt values into dst. */
+static void to_16bit(const struct kmat *w, enum dtype gdt, uint16_t *dst, float *row)
+{
+	const size_t cols = (size_t)w->cols;
+	for (int64_t r = 0; r < w->rows; r++) {
+		uint16_t *o = dst + (size_t)r * cols;
+		if (w->dtype == gdt) {
+			memcpy(o, (const uint16_t *)w->data + (size_t)r * cols, cols * 2);
+			continue;
+		}
+		kcpu_dequant_row(w, r, row);
+		for (size_t i = 0; i < cols; i++)
+			o[i] = gdt == DT_BF16 ? f32_to_bf16(row[i]) : f32_to_f16(row[i]);
+	}
+}
+
+/* The storage dtype a group of matrices gets on the device: the requested
+ * quantization for 16/32-bit sources, the files' 8-bit type when all parts
+ * share it, else the compute dtype. */
+static enum dtype target_dtype(const struct kmat *parts, int n, enum dtype quant, enum dtype gdt)
+{
+	if (quant == DT__COUNT) /* forced to 16 bits (the embedding table) */
+		return gdt;
+	bool all_wide = true, same = true;
+	for (int i = 0; i < n; i++) {
+		all_wide &= !is_8bit(parts[i].dtype);
+		same &= parts[i].dtype == parts[0].dtype;
+	}
+	if (all_wide)
+		return quant == DT_I8 || quant == DT_F8_E4M3 ? quant : gdt;
+	return same ? parts[0].dtype : gdt;
+}
+
+/* Upload the row-wise concatenation of parts as one projection; quant is
+ * DT_F32 (none), DT_I8, DT_F8_E4M3, or DT__COUNT to force the compute dtype. */
+static int upload_cat(struct cuda_backend *cb, const struct kmat *parts, int n_parts,
+		      enum dtype quant, struct cu_w *out, struct diag *d, const char *what)
+{
+	const int64_t k = parts[0].cols;
+	int64_t rows = 0;
+	for (int i = 0; i < n_parts; i++)
+		rows += parts[i].rows;
+	const enum dtype dt = target_dtype(parts, n_parts, quant, cb->gdt);
+	uint64_t row_bytes, total;
+	if (dtype_row_bytes(dt, (uint64_t)k, &row_bytes) ||
+	    ck_mul_u64(row_bytes, (uint64_t)rows, &total) || total > SIZE_MAX / 2)
+		return diag_set(d, ERR_OVERFLOW, "%s: too large", what);
+	char *host = malloc(total ? total : 1);
+	float *scales = malloc((size_t)rows * sizeof(float));
+	float *row = malloc((size_t)k * sizeof(float));
+	int rc = host && scales && row ? 0 : ERR_NOMEM;
+	size_t off = 0;
+	int64_t r0 = 0;
+	for (int i = 0; i < n_parts && !rc; i++) {
+		const struct kmat *p = &parts[i];
+		const size_t bytes = (size_t)row_bytes * (size_t)p->rows;
+		if (dt == DT_F16 || dt == DT_BF16) {
+			to_16bit(p, dt, (uint16_t *)(host + off), row);
+		} else if (p->dtype == dt) { /* 8-bit as in the file */
+			memcpy(host + off, p->data, bytes);
+			for (int64_t r = 0; r < p->rows && dt != DT_Q8_0; r++)
+				scales[r0 + r] = p->n_scale == 1 ? p->scale[0] : p->scale[r];
+		} else if (dt == DT_I8) {
+			rc = kcpu_quantize_i8(p, (int8_t *)(host + off), scales + r0);
+		} else if (dt == DT_F8_E4M3) {
+			rc = kcpu_quantize_f8(p, (uint8_t *)(host + off), scales + r0);
+		} else {
+			rc = ERR_INTERNAL;
+		}
+		off += bytes;
+		r0 += p->rows;
+	}
+	*out = (struct cu_w){ .dt = dt, .n = (int)rows, .k = (int)k };
+	if (!rc)
+		rc = upload(cb, host, total, &out->d);
+	if (!rc && (dt == DT_I8 || dt == DT_F8_E4M3))
+		rc = upload(cb, scales, (size_t)rows * sizeof(float), (void **)&out->d_scale);
+	free(host);
+	free(scales);
+	free(row);
+	if (rc)
+		return dev_error(d, rc, what);
+	return 0;
+}
+
+/* A vector as an F32 device copy; *out NULL when absent and optional. */
+static int upload_vec(struct cuda_backend *cb, const struct tensor *t, int64_t n, bool required,
+		      float **out, struct diag *d)
+{
+	const char *name = t->name ? t->name : "(unnamed)";
+	*out = NULL;
+	if (!tensor_present(t))
+		return required ? diag_set(d, ERR_FORMAT, "%s: vector missing", name) : 0;
+	if (t->n_dims != 1 || t->shape[0] != n)
+		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld)", name, (long long)n);
+	uint64_t bytes;
+	if (!(t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16) ||
+	    dtype_row_bytes(t->dtype, (uint64_t)n, &bytes) || t->n_bytes < bytes)
+		return diag_set(d, ERR_FORMAT, "%s: vector dtype or size", name);
+	float *v = malloc((size_t)n * sizeof(float));
+	if (!v)
+		return diag_set(d, ERR_NOMEM, "out of memory");
+	struct kmat k = { .dtype = t->dtype, .rows = 1, .cols = n, .data = t->data };
+	kcpu_dequant_row(&k, 0, v);
+	int rc = upload(cb, v, (size_t)n * sizeof(float), (void **)out);
+	free(v);
+	return rc ? dev_error(d, rc, name) : 0;
+}
+
+/* Three optional bias vectors as one concatenated device vector. */
+static int upload_bias(struct cuda_backend *cb, const struct layer_weights *w, int64_t q_dim,
+		       int64_t kv_dim, float **out, struct diag *d)
+{
+	const struct tensor *t[3] = { &w->bq, &w->bk, &w->bv };
+	const int64_t n[3] = { q_dim, kv_dim, kv_dim };
+	float *h = malloc((size_t)(q_dim + 2 * kv_dim) * sizeof(float));
+	if (!h)
+		return diag_set(d, ERR_NOMEM, "out of memory");
+	int64_t off = 0;
+	int rc = 0;
+	for (int i = 0; i < 3 && !rc; i++) {
+		uint64_t bytes;
+		if (!tensor_present(t[i]) || t[i]->n_dims != 1 || t[i]->shape[0] != n[i] ||
+		    !(t[i]->dtype == DT_F32 || t[i]->dtype == DT_F16 || t[i]->dtype == DT_BF16) ||
+		    dtype_row_bytes(t[i]->dtype, (uint64_t)n[i], &bytes) || t[i]->n_bytes < bytes) {
+			rc = diag_set(d, ERR_FORMAT, "%s: QKV bias missing or malformed",
+				      t[i]->name ? t[i]->name : "bias");
+			break;
+		}
+		struct kmat k = { .dtype = t[i]->dtype, .rows = 1, .cols = n[i], .data = t[i]->data };
+		kcpu_dequant_row(&k, 0, h + off);
+		off += n[i];
+	}
+	if (!rc && (rc = upload(cb, h, (size_t)off * sizeof(float), (void **)out)))
+		dev_error(d, rc, "bias");
+	free(h);
+	return rc;
+}
+
+static int load_layers(struct cuda_backend *cb, enum dtype quant, struct diag *d)
+{
+	const struct model_config *c = &cb->cfg;
+	const int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
+	const int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct layer_weights *w = &cb->m->w.layers[l];
+		struct cu_layer *o = &cb->layers[l];
+		struct kmat qkv[3], wo, gu[2], down;
+		char what[64];
+		snprintf(what, sizeof what, "layer %d weights", l);
+		int rc;
+		if ((rc = view(&w->wq, q_dim, c->hidden, &qkv[0], d)) ||
+		    (rc = view(&w->wk, kv_dim, c->hidden, &qkv[1], d)) ||
+		    (rc = view(&w->wv, kv_dim, c->hidden, &qkv[2], d)) ||
+		    (rc = view(&w->wo, c->hidden, q_dim, &wo, d)) ||
+		    (rc = view(&w->w_gate, c->ffn, c->hidden, &gu[0], d)) ||
+		    (rc = view(&w->w_up, c->ffn, c->hidden, &gu[1], d)) ||
+		    (rc = view(&w->w_down, c->hidden, c->ffn, &down, d)) ||
+		    (rc = upload_cat(cb, qkv, 3, quant, &o->qkv, d, what)) ||
+		    (rc = upload_cat(cb, &wo, 1, quant, &o->o, d, what)) ||
+		    (rc = upload_cat(cb, gu, 2, quant, &o->gu, d, what)) ||
+		    (rc = upload_cat(cb, &down, 1, quant, &o->down, d, what)) ||
+		    (rc = upload_vec(cb, &w->attn_norm, c->hidden, true, &o->attn_norm, d)) ||
+		    (rc = upload_vec(cb, &w->ffn_norm, c->hidden, true, &o->ffn_norm, d)))
+			return rc;
+		if (c->qkv_bias && (rc = upload_bias(cb, w, q_dim, kv_dim, &o->bqkv, d)))
+			return rc;
+		if (c->qk_norm &&
+		    ((rc = upload_vec(cb, &w->q_norm, c->head_dim, true, &o->q_norm, d)) ||
+		     (rc = upload_vec(cb, &w->k_norm, c->head_dim, true, &o->k_norm, d))))
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- activations and the staging area ----------------------------------------- */
+
+static int alloc_activations(struct cuda_backend *cb, struct diag *d)
+{
+	const struct model_config *c = &cb->cfg;
+	const size_t T = (size_t)cb->o.max_batch_tokens, H = (size_t)c->hidden,
+		     QD = (size_t)c->n_heads * c->head_dim,
+		     KVD = (size_t)c->n_kv_heads * c->head_dim, F = (size_t)c->ffn,
+		     V = (size_t)c->vocab, S = (size_t)cb->o.max_seqs,
+		     MB = (size_t)cb->o.max_blocks_per_seq;
+	cb->max_t = (int)T;
+	cb->max_ctx = (int)(MB * (size_t)cb->o.block_size);
+	size_t kmax = H > QD ? H : QD;
+	kmax = kmax > F ? kmax : F;
+	struct cu_meta *m = &cb->meta;
+	m->tokens = 0;
+	m->positions = T;
+	m->slots = 2 * T;
+	m->row_seq = 3 * T;
+	m->logit_rows = 4 * T;
+	m->seq_start = 5 * T;
+	/* graphs pad a decode batch to a power of two: room for GRAPH_MAX rows/seqs */
+	size_t s_cap = S > T ? S : T;
+	m->tables = m->seq_start + s_cap + 1;
+	m->total = m->tables + s_cap * MB;
+	cb->attn_ws_bytes = k_attn_workspace_bytes((int)T, c->n_heads, c->head_dim, cb->max_ctx);
+	int rc;
+	if ((rc = dalloc(cb, T * H * 4, (void **)&cb->x)) ||
+	    (rc = dalloc(cb, T * (QD + 2 * KVD) * 4, (void **)&cb->qkv)) ||
+	    (rc = dalloc(cb, T * QD * 4, (void **)&cb->q)) ||
+	    (rc = dalloc(cb, T * 2 * F * 4, (void **)&cb->gu)) ||
+	    (rc = dalloc(cb, (size_t)LOGIT_ROWS * V * 4, (void **)&cb->logits)) ||
+	    (rc = dalloc(cb, T * H * 2, &cb->xn)) || (rc = dalloc(cb, T * QD * 2, &cb->attn)) ||
+	    (rc = dalloc(cb, T * F * 2, &cb->act)) || (rc = dalloc(cb, T * kmax, &cb->xq)) ||
+	    (rc = dalloc(cb, T * 4, (void **)&cb->xq_scale)) ||
+	    (rc = dalloc(cb, cb->attn_ws_bytes, &cb->attn_ws)) ||
+	    (rc = dalloc(cb, m->total * 4, (void **)&cb->d_meta)))
+		return dev_error(d, rc, "activation buffers");
+	if ((rc = k_cuda_host_alloc((void **)&cb->h_meta, m->total * 4)) ||
+	    (rc = k_cuda_host_alloc((void **)&cb->h_logits, (size_t)LOGIT_ROWS * V * 4)))
+		return dev_error(d, rc, "pinned host buffers");
+	memset(cb->h_meta, 0, m->total * 4);
+	return 0;
+}
+
+/* ---- KV pool -------------------------------------------------------------------- */
+
+static void drop_graphs(struct cuda_backend *cb)
+{
+	for (int i = 0; i < N_GRAPH_SIZES; i++) {
+		k_cuda_graph_destroy(cb->graphs[i]);
+		cb->graphs[i] = NULL;
+	}
+}
+
+static bool kv_dtype_ok(enum dtype t)
+{
+	return t == DT_F16 || t == DT_BF16 || t == DT_F32;
+}
+
+static int cu_alloc_kv(struct backend *b, int n_blocks, int block_size, enum dtype kv_dtype)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)b;
+	if (n_blocks <= 0 || block_size <= 0 || !kv_dtype_ok(kv_dtype))
+		return ERR_INVAL;
+	size_t esize = kv_dtype == DT_F32 ? 4 : 2, layer_bytes, total;
+	if (ck_mul((size_t)cb->cfg.n_kv_heads * (size_t)cb->cfg.head_dim, esize, &layer_bytes) ||
+	    ck_mul(layer_bytes, (size_t)n_blocks, &layer_bytes) ||
+	    ck_mul(layer_bytes, (size_t)block_size, &layer_bytes) ||
+	    ck_mul(layer_bytes, 2 * (size_t)cb->cfg.n_layers, &total))
+		return ERR_OVERFLOW;
+	k_cuda_sync();
+	drop_graphs(cb); /* they captured the old pool's address */
+	k_cuda_free(cb->kv);
+	cb->kv = NULL;
+	int rc = k_cuda_malloc(&cb->kv, total);
+	if (!rc)
+		rc = k_cuda_memset_async(cb->stream, cb->kv, 0, total);
+	if (!rc)
+		rc = k_cuda_stream_sync(cb->stream);
+	if (rc) {
+		k_cuda_free(cb->kv);
+		cb->kv = NULL;
+		return rc;
+	}
+	cb->kv_layer_bytes = layer_bytes;
+	cb->n_blocks = n_blocks;
+	cb->block_size = block_size;
+	cb->kv_dt = kv_dtype;
+	return 0;
+}
+
+static int cu_copy_blocks(struct backend *b, const int32_t *src, const int32_t *dst, int n)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)b;
+	const size_t block_bytes = cb->kv_layer_bytes / (size_t)cb->n_blocks;
+	char *base = cb->kv;
+	int rc = 0;
+	for (int l = 0; l < 2 * cb->cfg.n_layers && !rc; l++) {
+		char *pool = base + (size_t)l * cb->kv_layer_bytes;
+		for (int i = 0; i < n && !rc; i++)
+			if (src[i] != dst[i])
+				rc = k_cuda_memcpy_d2d_async(cb->stream,
+							     pool + (size_t)dst[i] * block_bytes,
+							     pool + (size_t)src[i] * block_bytes,
+							     block_bytes);
+	}
+	int rs = k_cuda_stream_sync(cb->stream);
+	return rc ? rc : rs;
+}
+
+/* ---- the step ------------------------------------------------------------------- */
+
+/* Y (+)= X W^T for any weight dtype; x is the 16-bit activation [t, w->k]. */
+static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t, float *y,
+		  int accumulate)
+{
+	if (w->dt == DT_F16 || w->dt == DT_BF16)
+		return k_gemm(cb->blas, w->d, w->dt, w->n, w->k, x, t, y, accumulate);
+	if (t <= W8_GEMV_MAX_T || w->dt == DT_Q8_0 ||
+	    (w->dt == DT_F8_E4M3 && !cb->props.has_fp8))
+		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->n,
+				 w->k, x, cb->gdt, t, y, accumulate);
+	int rc = k_quant_rows(cb->stream, x, cb->gdt, t, w->k, w->dt, cb->xq, cb->xq_scale);
+	if (!rc)
+		rc = k_gemm_w8a8(cb->blas, w->d, w->dt, w->d_scale, w->n, w->n, w->k, cb->xq,
+				 cb->xq_scale, t, y, accumulate);
+	return rc;
+}
+
+/* Everything from the embedding to the logits of rows [0, n_out) of the
+ * gathered rows (d_meta's logit_rows), for t rows in n_seqs sequences. All
+ * inputs are in d_meta already; nothing here synchronizes, so it can be
+ * captured. decode: every sequence has one row (flash-decoding kernel). */
+static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, int max_ctx,
+		      bool decode, int n_out)
+{
+	const struct model_config *c = &cb->cfg;
+	const int32_t *dm = cb->d_meta;
+	int rc = k_embed(cb->stream, cb->embd, cb->gdt, c->hidden, dm + cb->meta.tokens, t, cb->x);
+	for (int l = 0; l < c->n_layers && !rc; l++) {
+		const struct cu_layer *L = &cb->layers[l];
+		char *k_pool = (char *)cb->kv + (size_t)(2 * l) * cb->kv_layer_bytes;
+		struct k_qkv_args qa = {
+			.qkv = cb->qkv, .bias = L->bqkv, .q_norm = L->q_norm, .k_norm = L->k_norm,
+			.eps = c->rms_eps, .inv_freq = cb->inv_freq,
+			.rope_style = c->rope_style == ROPE_STYLE_NORM ? 1 : 0,
+			.positions = dm + cb->meta.positions, .slots = dm + cb->meta.slots,
+			.n_rows = t, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+			.head_dim = c->head_dim, .block_size = cb->block_size, .q = cb->q,
+			.k_cache = k_pool, .v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
+		};
+		struct k_attn_args aa = {
+			.q = cb->q, .out = cb->attn, .out_dt = cb->gdt, .k_cache = k_pool,
+			.v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt, .k_scale = 1.0f,
+			.v_scale = 1.0f, .block_tables = dm + cb->meta.tables,
+			.max_blocks_per_seq = cb->o.max_blocks_per_seq,
+			.positions = dm + cb->meta.positions, .row_seq = dm + cb->meta.row_seq,
+			.seq_start = dm + cb->meta.seq_start, .n_rows = t, .n_seqs = n_seqs,
+			.max_rows_per_seq = max_rows, .max_ctx = max_ctx,
+			.block_size = cb->block_size, .n_heads = c->n_heads,
+			.n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+			.scale = 1.0f / sqrtf((float)c->head_dim), .workspace = cb->attn_ws,
+			.workspace_bytes = cb->attn_ws_bytes,
+		};
+		if ((rc = k_add_rmsnorm(cb->stream, cb->x, NULL, L->attn_norm, t, c->hidden,
+					c->rms_eps, cb->xn, cb->gdt)) ||
+		    (rc = matmul(cb, &L->qkv, cb->xn, t, cb->qkv, 0)) ||
+		    (rc = k_qkv_rope_store(cb->stream, &qa)) ||
+		    (rc = decode ? k_attn_decode(cb->stream, &aa) : k_attn_prefill(cb->stream, &aa)) ||
+		    (rc = matmul(cb, &L->o, cb->attn, t, cb->x, 1)) ||
+		    (rc = k_add_rmsnorm(cb->stream, cb->x, NULL, L->ffn_norm, t, c->hidden,
+					c->rms_eps, cb->xn, cb->gdt)) ||
+		    (rc = matmul(cb, &L->gu, cb->xn, t, cb->gu, 0)) ||
+		    (rc = k_silu_mul(cb->stream, cb->gu, t, c->ffn, cb->act, cb->gdt)) ||
+		    (rc = matmul(cb, &L->down, cb->act, t, cb->x, 1)))
+			break;
+	}
+	if (!rc && n_out > 0)
+		rc = k_rmsnorm_rows(cb->stream, cb->x, dm + cb->meta.logit_rows, n_out, cb->out_norm,
+				    c->hidden, c->rms_eps, cb->xn, cb->gdt);
+	if (!rc && n_out > 0)
+		rc = matmul(cb, &cb->lm_head, cb->xn, n_out, cb->logits, 0);
+	return rc;
+}
+
+/* The LM head for gathered rows [first, first + n) when there are more
+ * logits rows than one pass holds: re-norm those rows into xn and multiply. */
+static int lm_head_rows(struct cuda_backend *cb, int first, int n)
+{
+	const struct model_config *c = &cb->cfg;
+	int rc = k_rmsnorm_rows(cb->stream, cb->x, cb->d_meta + cb->meta.logit_rows + first, n,
+				cb->out_norm, c->hidden, c->rms_eps, cb->xn, cb->gdt);
+	return rc ? rc : matmul(cb, &cb->lm_head, cb->xn, n, cb->logits, 0);
+}
+
+static int copy_logits(struct cuda_backend *cb, float *logits, int first, int n)
+{
+	const size_t row = (size_t)cb->cfg.vocab * sizeof(float);
+	int rc = k_cuda_memcpy_d2h_async(cb->stream, cb->h_logits, cb->logits, (size_t)n * row);
+	if (!rc)
+		rc = k_cuda_stream_sync(cb->stream);
+	if (!rc)
+		memcpy((char *)logits + (size_t)first * row, cb->h_logits, (size_t)n * row);
+	return rc;
+}
+
+static int graph_index(int n)
+{
+	int i = 0;
+	while ((1 << i) < n)
+		i++;
+	return i;
+}
+
+/* Stage the batch metadata (padded to t_pad rows / sequences for a graph) and
+ * copy it to the device. Returns the host-known maxima. */
+static int stage(struct cuda_backend *cb, const struct engine_batch *b, int t_pad, int *max_rows,
+		 int *max_ctx)
+{
+	const struct cu_meta *m = &cb->meta;
+	int32_t *h = cb->h_meta;
+	const int MB = cb->o.max_blocks_per_seq, T = b->n_tokens;
+	memcpy(h + m->tokens, b->tokens, (size_t)T * 4);
+	memcpy(h + m->positions, b->positions, (size_t)T * 4);
+	memcpy(h + m->slots, b->slot_mapping, (size_t)T * 4);
+	memcpy(h + m->seq_start, b->seq_start, (size_t)(b->n_seqs + 1) * 4);
+	*max_rows = 0;
+	*max_ctx = 0;
+	for (int s = 0; s < b->n_seqs; s++) {
+		const int rows = b->seq_start[s + 1] - b->seq_start[s];
+		*max_rows = rows > *max_rows ? rows : *max_rows;
+		*max_ctx = b->context_len[s] > *max_ctx ? b->context_len[s] : *max_ctx;
+		for (int r = b->seq_start[s]; r < b->seq_start[s + 1]; r++)
+			h[m->row_seq + r] = s;
+		const int n_tab = (b->context_len[s] + cb->block_size - 1) / cb->block_size;
+		int32_t *dst = h + m->tables + (size_t)s * MB;
+		memcpy(dst, b->block_tables + (size_t)s * b->max_blocks_per_seq, (size_t)n_tab * 4);
+		memset(dst + n_tab, 0, (size_t)(MB - n_tab) * 4);
+	}
+	int n_seqs = b->n_seqs;
+	for (int r = T; r < t_pad; r++) { /* graph padding: own sequence, block 0, no store */
+		h[m->tokens + r] = 0;
+		h[m->positions + r] = 0;
+		h[m->slots + r] = -1;
+		h[m->row_seq + r] = n_seqs;
+		h[m->seq_start + n_seqs] = r;
+		memset(h + m->tables + (size_t)n_seqs * MB, 0, (size_t)MB * 4);
+		n_seqs++;
+	}
+	h[m->seq_start + n_seqs] = t_pad > T ? t_pad : T;
+	if (t_pad > 0) { /* a graph computes every row's logits */
+		for (int r = 0; r < t_pad; r++)
+			h[m->logit_rows + r] = r;
+	} else {
+		memcpy(h + m->logit_rows, b->logits_rows, (size_t)b->n_logits * 4);
+	}
+	return k_cuda_memcpy_h2d_async(cb->stream, cb->d_meta, h,
+				       (m->tables + (size_t)n_seqs * MB) * sizeof(int32_t));
+}
+
+static int forward_graph(struct cuda_backend *cb, const struct engine_batch *b, float *logits)
+{
+	const int gi = graph_index(b->n_tokens), t_pad = 1 << gi;
+	int max_rows, max_ctx;
+	int rc = stage(cb, b, t_pad, &max_rows, &max_ctx);
+	if (rc)
+		return rc;
+	if (!cb->graphs[gi]) {
+		/* the grid of the decode attention depends on max_ctx only through
+		 * the capacity, so one capture serves every later context */
+		if ((rc = k_cuda_graph_begin(cb->stream)))
+			return rc;
+		rc = run_layers(cb, t_pad, t_pad, 1, cb->max_ctx, true, t_pad);
+		void *g = NULL;
+		int rc_end = k_cuda_graph_end(cb->stream, &g);
+		if (rc || rc_end) {
+			k_cuda_graph_destroy(g);
+			return rc ? rc : rc_end;
+		}
+		cb->graphs[gi] = g;
+	}
+	if ((rc = k_cuda_graph_launch(cb->graphs[gi], cb->stream)))
+		return rc;
+	/* rows needing logits, in order: decode batches ask for every row, but
+	 * copy exactly the ones asked for */
+	const size_t row = (size_t)cb->cfg.vocab * sizeof(float);
+	if ((rc = k_cuda_memcpy_d2h_async(cb->stream, cb->h_logits, cb->logits,
+					  (size_t)b->n_tokens * row)) ||
+	    (rc = k_cuda_stream_sync(cb->stream)))
+		return rc;
+	for (int i = 0; i < b->n_logits; i++)
+		memcpy((char *)logits + (size_t)i * row, (char *)cb->h_logits +
+			       (size_t)b->logits_rows[i] * row, row);
+	return 0;
+}
+
+static bool graph_eligible(const struct cuda_backend *cb, const struct engine_batch *b)
+{
+	if (cb->o.enforce_eager || !cb->graphs_ok || b->n_tokens != b->n_seqs ||
+	    b->n_tokens > GRAPH_MAX || b->n_logits == 0)
+		return false;
+	const int t_pad = 1 << graph_index(b->n_tokens);
+	return t_pad <= cb->max_t && t_pad <= LOGIT_ROWS;
+}
+
+static int cu_forward(struct backend *be, const struct engine_batch *b, float *logits)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)be;
+	int rc;
+	if (graph_eligible(cb, b)) {
+		rc = forward_graph(cb, b, logits);
+		if (rc != ERR_DEVICE)
+			return rc;
+		/* capture is not possible here (a library refused it): go eager */
+		log_warn("cuda", "CUDA graph capture failed (%s); running decode steps eagerly",
+			 k_cuda_last_error());
+		cb->graphs_ok = false;
+		drop_graphs(cb);
+		k_cuda_stream_sync(cb->stream);
+	}
+	int max_rows, max_ctx;
+	if ((rc = stage(cb, b, 0, &max_rows, &max_ctx)))
+		return rc;
+	const int first = b->n_logits < LOGIT_ROWS ? b->n_logits : LOGIT_ROWS;
+	if ((rc = run_layers(cb, b->n_tokens, b->n_seqs, max_rows, max_ctx, max_rows == 1, first)))
+		return rc;
+	if (b->n_logits == 0)
+		return k_cuda_stream_sync(cb->stream);
+	if ((rc = copy_logits(cb, logits, 0, first)))
+		return rc;
+	for (int i = first; i < b->n_logits && !rc; i += LOGIT_ROWS) {
+		const int n = b->n_logits - i < LOGIT_ROWS ? b->n_logits - i : LOGIT_ROWS;
+		if (!(rc = lm_head_rows(cb, i, n)))
+			rc = copy_logits(cb, logits, i, n);
+	}
+	return rc;
+}
+
+static int cu_sample(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)b;
+	for (int i = 0; i < n_rows; i++)
+		tokens_out[i] = kops_argmax(logits + (size_t)i * cb->cfg.vocab, cb->cfg.vocab);
+	return 0;
+}
+
+static void cu_free(struct backend *b)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)b;
+	if (!cb)
+		return;
+	if (cb->stream)
+		k_cuda_stream_sync(cb->stream);
+	drop_graphs(cb);
+	k_blas_destroy(cb->blas);
+	for (int i = 0; i < cb->n_allocs; i++)
+		k_cuda_free(cb->allocs[i]);
+	free(cb->allocs);
+	k_cuda_free(cb->kv);
+	k_cuda_host_free(cb->h_meta);
+	k_cuda_host_free(cb->h_logits);
+	k_cuda_stream_destroy(cb->stream);
+	free(cb->layers);
+	free(cb);
+}
+
+static const struct backend_ops cuda_ops = {
+	.name = "cuda",
+	.alloc_kv = cu_alloc_kv,
+	.forward = cu_forward,
+	.sample = cu_sample,
+	.copy_blocks = cu_copy_blocks,
+	.free = cu_free,
+};
+
+bool backend_cuda_available(void)
+{
+	int n = 0;
+	k_cuda_device_count(&n);
+	return n > 0;
+}
+
+/* The KV pool: as asked, or what gpu_memory_utilization leaves after the
+ * weights, activations and everything else already on the device. */
+static int size_kv(struct cuda_backend *cb, const struct engine_opts *o, int *n_blocks,
+		   struct diag *d)
+{
+	size_t block_bytes = engine_kv_block_bytes(&cb->cfg, o->block_size, o->kv_dtype);
+	if (!block_bytes)
+		return diag_set(d, ERR_INVAL, "KV block size overflows");
+	if (o->n_kv_blocks > 0) {
+		*n_blocks = o->n_kv_blocks;
+		return 0;
+	}
+	size_t free_b = 0, total_b = 0;
+	int rc = k_cuda_mem_info(&free_b, &total_b);
+	if (rc)
+		return dev_error(d, rc, "cudaMemGetInfo");
+	const double util = o->gpu_memory_utilization > 0 ? o->gpu_memory_utilization : 0.9;
+	const double used = (double)(total_b - free_b), budget = util * (double)total_b - used;
+	/* leave room for graphs, cuBLAS and the CUDA context's own growth */
+	const double spare = 256.0 * 1024 * 1024;
+	double n = (budget - spare) / (double)block_bytes;
+	if (n < (double)o->max_blocks_per_seq)
+		return diag_set(d, ERR_NOMEM,
+				"--gpu-memory-utilization %.2f of %.1f GiB leaves room for %.0f KV "
+				"blocks after %.1f GiB of weights and activations; one sequence of "
+				"the max model length needs %d",
+				util, (double)total_b / (1 << 30), n > 0 ? n : 0,
+				used / (1 << 30), o->max_blocks_per_seq);
+	*n_blocks = n > 4e6 ? 4000000 : (int)n;
+	return 0;
+}
+
+int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
+			struct backend **out, int *n_kv_blocks_out, struct diag *d)
+{
+	*out = NULL;
+	if (!m || !opts)
+		return diag_set(d, ERR_INVAL, "no model or options");
+	int rc = backend_check_config(&m->cfg, d);
+	if (rc)
+		return rc;
+	if (!m->w.layers)
+		return diag_set(d, ERR_FORMAT, "model has no layers");
+	if (!kv_dtype_ok(opts->kv_dtype))
+		return diag_set(d, ERR_UNSUPPORTED, "KV dtype %s: the CUDA backend has f16, bf16 and "
+				"f32", dtype_name(opts->kv_dtype));
+	const int hd = m->cfg.head_dim;
+	if (!(hd == 64 || hd == 128 || hd == 256))
+		return diag_set(d, ERR_UNSUPPORTED, "head_dim %d: the CUDA attention kernels support "
+				"64, 128 and 256", hd);
+	if (!backend_cuda_available())
+		return diag_set(d, ERR_UNSUPPORTED, "no CUDA device is visible");
+	struct cuda_backend *cb = calloc(1, sizeof *cb);
+	if (!cb)
+		return diag_set(d, ERR_NOMEM, "out of memory");
+	cb->base.ops = &cuda_ops;
+	cb->m = m;
+	cb->cfg = m->cfg;
+	cb->o = *opts;
+	cb->graphs_ok = true;
+	const struct model_config *c = &cb->cfg;
+	enum dtype file_dt = m->w.layers[0].wq.dtype;
+	cb->gdt = opts->gpu_dtype == DT_F16 || opts->gpu_dtype == DT_BF16 ? opts->gpu_dtype
+		  : file_dt == DT_BF16					   ? DT_BF16
+									   : DT_F16;
+	if ((rc = k_cuda_set_device(0)) || (rc = k_cuda_props(0, &cb->props)) ||
+	    (rc = k_cuda_stream_create(&cb->stream)) || (rc = k_blas_create(cb->stream, &cb->blas))) {
+		dev_error(d, rc, "CUDA device 0");
+		goto fail;
+	}
+	cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers);
+	float *inv = malloc((size_t)(hd / 2) * sizeof(float));
+	if (!cb->layers || !inv) {
+		free(inv);
+		rc = diag_set(d, ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	backend_rope_inv_freq(c, &m->w.rope_freqs, inv);
+	rc = upload(cb, inv, (size_t)(hd / 2) * sizeof(float), (void **)&cb->inv_freq);
+	free(inv);
+	if (rc) {
+		dev_error(d, rc, "RoPE frequencies");
+		goto fail;
+	}
+	/* the embedding table in the compute dtype; a tied LM head is the same
+	 * matrix. The LM head keeps 16 bits under --quantization (as the CPU). */
+	struct kmat embd, head;
+	if ((rc = view(&m->w.tok_embd, c->vocab, c->hidden, &embd, d)))
+		goto fail;
+	struct cu_w embd_w;
+	if ((rc = upload_cat(cb, &embd, 1, DT__COUNT, &embd_w, d, "token embeddings")))
+		goto fail;
+	cb->embd = embd_w.d;
+	if (c->tied_embeddings || !tensor_present(&m->w.lm_head)) {
+		cb->lm_head = embd_w;
+	} else if ((rc = view(&m->w.lm_head, c->vocab, c->hidden, &head, d)) ||
+		   (rc = upload_cat(cb, &head, 1, DT_F32, &cb->lm_head, d, "LM head"))) {
+		goto fail;
+	}
+	if ((rc = upload_vec(cb, &m->w.out_norm, c->hidden, true, &cb->out_norm, d)) ||
+	    (rc = load_layers(cb, opts->quantization, d)) || (rc = alloc_activations(cb, d)))
+		goto fail;
+	int n_blocks = 0;
+	if ((rc = size_kv(cb, opts, &n_blocks, d)))
+		goto fail;
+	if ((rc = cu_alloc_kv(&cb->base, n_blocks, opts->block_size, opts->kv_dtype))) {
+		dev_error(d, rc, "KV pool");
+		goto fail;
+	}
+	log_info("cuda", "%s (sm_%d%d, %d SMs): %.2f GiB of weights (%s), KV pool %d blocks x %d "
+			 "(%s, %.2f GiB)%s",
+		 cb->props.name, cb->props.cc_major, cb->props.cc_minor, cb->props.n_sms,
+		 (double)cb->weight_bytes / (1 << 30), dtype_name(cb->layers[0].gu.dt), n_blocks,
+		 opts->block_size, dtype_name(opts->kv_dtype),
+		 2.0 * c->n_layers * (double)cb->kv_layer_bytes / (1 << 30),
+		 opts->enforce_eager ? "; CUDA graphs off" : "");
+	*n_kv_blocks_out = n_blocks;
+	*out = &cb->base;
+	return 0;
+fail:
+	cu_free(&cb->base);
+	return rc;
+}
+
+#else /* !AORTA_HAVE_CUDA */
+
+int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
+			struct backend **out, int *n_kv_blocks_out, struct diag *d)
+{
+	(void)m;
+	(void)opts;
+	*out = NULL;
+	*n_kv_blocks_out = 0;
+	return diag_set(d, ERR_UNSUPPORTED, "this build has no CUDA backend (built without nvcc)");
+}
+
+bool backend_cuda_available(void)
+{
+	return false;
+}
+
+#endif

@@ -1,0 +1,499 @@
+/* tests/engine/test_cuda_engine.c — the CUDA backend against the CPU engine,
+ * on generated models (tests/engine/tmodel.h). Exit 77 without a GPU.
+ *
+ *  1. logits: the same mixed steps (prefill chunks that cross block
+ *     boundaries, chunks attending to cached blocks, single decode rows) on
+ *     the CPU engine (F32 activations, F32 KV) and the CUDA engine (16-bit
+ *     activations and KV): every logits row agrees within TOL * max |logit|,
+ *     for models with GQA, QKV bias, Q/K norm, both RoPE layouts, llama3
+ *     scaling, head_dim 64 and 128, F16 and BF16 weights;
+ *  2. greedy batch invariance on the GPU: 8 sequences generate the same
+ *     tokens alone and together (a divergence is accepted only at a near-tie
+ *     of the solo run's logits, and ends the comparison of that sequence);
+ *  3. CUDA graphs vs eager decode: same logits to accumulation-order tolerance;
+ *  4. copy_blocks, invalid batches (ERR_INVAL, engine still usable), and the
+ *     KV pool sized from gpu_memory_utilization.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "tests/engine/tmodel.h"
+
+#define BS 16	 /* block size */
+#define MAXB 32	 /* blocks per sequence: 512 positions */
+#define MAXS 8	 /* sequences */
+#define TOL 3e-2 /* logits, relative to the row's max |logit|: 16-bit activations */
+
+static int g_fail;
+
+#define CHECK(cond, ...)                                           \
+	do {                                                       \
+		if (!(cond)) {                                     \
+			printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+			printf(__VA_ARGS__);                       \
+			printf("\n");                              \
+			g_fail++;                                  \
+		}                                                  \
+	} while (0)
+
+struct seq {
+	int32_t toks[512];
+	int n_toks, ctx;
+	int32_t table[MAXB];
+};
+
+/* Each sequence s of a test owns blocks [s * MAXB, (s + 1) * MAXB) in an
+ * interleaved order, so tables are not contiguous. */
+static void seq_init(struct seq *q, int s, int n_prompt, int vocab)
+{
+	memset(q, 0, sizeof *q);
+	for (int i = 0; i < n_prompt; i++)
+		q->toks[i] = (int32_t)((i * 37 + s * 101 + 7) % vocab);
+	q->n_toks = n_prompt;
+	for (int j = 0; j < MAXB; j++)
+		q->table[j] = (int32_t)(((j * 7) % MAXB) * MAXS + s);
+}
+
+/* One step: sequence i feeds n_new[i] tokens; rows ending at a sequence's
+ * last known token produce logits (written to logits, in order). Returns the
+ * engine's code; *n_logits the rows. The caller appends tokens. */
+static int step(struct engine *e, struct seq **sq, const int *n_new, int n, float *logits,
+		int *n_logits)
+{
+	int32_t tok[512], pos[512], slot[512], start[MAXS + 1], ctx[MAXS], tables[MAXS * MAXB],
+		rows[MAXS];
+	int T = 0, nl = 0;
+	for (int i = 0; i < n; i++) {
+		struct seq *q = sq[i];
+		start[i] = T;
+		for (int j = 0; j < n_new[i]; j++) {
+			int t = q->ctx + j;
+			tok[T] = q->toks[t];
+			pos[T] = t;
+			slot[T] = q->table[t / BS] * BS + t % BS;
+			T++;
+		}
+		ctx[i] = q->ctx + n_new[i];
+		memcpy(tables + i * MAXB, q->table, sizeof q->table);
+		if (ctx[i] == q->n_toks)
+			rows[nl++] = T - 1;
+	}
+	start[n] = T;
+	struct engine_batch b = { .n_tokens = T, .tokens = tok, .positions = pos,
+				  .slot_mapping = slot, .n_seqs = n, .seq_start = start,
+				  .context_len = ctx, .block_tables = tables,
+				  .max_blocks_per_seq = MAXB, .n_logits = nl, .logits_rows = rows };
+	int rc = engine_forward(e, &b, logits);
+	if (!rc)
+		for (int i = 0; i < n; i++)
+			sq[i]->ctx = ctx[i];
+	*n_logits = nl;
+	return rc;
+}
+
+static int argmax(const float *x, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[best])
+			best = i;
+	return best;
+}
+
+static double row_err(const float *got, const float *ref, int n, double *scale_out)
+{
+	double scale = 0, err = 0;
+	for (int i = 0; i < n; i++) {
+		scale = fmax(scale, fabs(ref[i]));
+		double d = fabs((double)got[i] - ref[i]);
+		err = isnan(d) ? INFINITY : fmax(err, d);
+	}
+	*scale_out = scale;
+	return err;
+}
+
+static struct engine_opts opts(enum engine_device dev, enum dtype kv)
+{
+	struct engine_opts o = { .n_threads = 2, .block_size = BS, .n_kv_blocks = MAXS * MAXB,
+				 .kv_dtype = kv, .quantization = DT_F32, .max_batch_tokens = 512,
+				 .max_seqs = MAXS, .max_blocks_per_seq = MAXB, .device = dev };
+	return o;
+}
+
+/* ---- 1. logits vs the CPU engine --------------------------------------------- */
+
+struct plan {
+	int n_seqs;
+	int prompt[4];
+	int steps[6][4]; /* tokens per sequence per step (0: not in the step) */
+	int n_steps;
+};
+
+/* Prefill in chunks that cross block boundaries and attend to cached
+ * blocks, mixed with decode rows, then pure decode. */
+static const struct plan g_plan = {
+	.n_seqs = 4,
+	.prompt = { 40, 100, 1, 17 },
+	.steps = { { 40, 16, 1, 0 },	/* A whole; B first chunk; C one token */
+		   { 1, 33, 1, 17 },	/* A decodes; B chunk from 16 to 49; D whole */
+		   { 1, 51, 1, 1 },	/* B finishes its prompt (to 100) */
+		   { 1, 1, 1, 1 },	/* pure decode */
+		   { 1, 1, 1, 1 },
+		   { 1, 1, 1, 1 } },
+	.n_steps = 6,
+};
+
+static void run_plan(struct engine *e, struct seq *sq, float *logits, float *all, int vocab,
+		     const char *what)
+{
+	int off = 0;
+	for (int st = 0; st < g_plan.n_steps; st++) {
+		struct seq *ptr[4];
+		int n_new[4], n = 0;
+		for (int i = 0; i < g_plan.n_seqs; i++) {
+			int k = g_plan.steps[st][i];
+			if (!k)
+				continue;
+			/* a decode step feeds the token appended by the last one */
+			if (sq[i].ctx + k > sq[i].n_toks)
+				k = sq[i].n_toks - sq[i].ctx;
+			if (k <= 0)
+				continue;
+			ptr[n] = &sq[i];
+			n_new[n++] = k;
+		}
+		int nl = 0;
+		int rc = step(e, ptr, n_new, n, logits, &nl);
+		CHECK(rc == 0, "%s: step %d failed: %d", what, st, rc);
+		if (rc)
+			return;
+		for (int i = 0, k = 0; i < n; i++) {
+			if (ptr[i]->ctx != ptr[i]->n_toks)
+				continue;
+			memcpy(all + (size_t)off * vocab, logits + (size_t)k * vocab,
+			       (size_t)vocab * sizeof(float));
+			off++;
+			k++;
+		}
+		/* append a fixed, model-independent next token so both engines see
+		 * the same sequences whatever their logits */
+		for (int i = 0; i < n; i++) {
+			struct seq *q = ptr[i];
+			if (q->ctx == q->n_toks) {
+				q->toks[q->n_toks] = (q->n_toks * 13 + 5) % vocab;
+				q->n_toks++;
+			}
+		}
+	}
+}
+
+static void compare_model(const char *name, const struct model_config *c, enum dtype wdt,
+			  enum rope_style lay, enum dtype kv)
+{
+	struct tmodel_opts to = { .wdtype = wdt, .seed = 7, .layout = lay };
+	struct model *m = NULL;
+	if (tmodel_create(c, &to, &m)) {
+		CHECK(0, "%s: tmodel_create", name);
+		return;
+	}
+	const int V = c->vocab, max_rows = 64;
+	float *logits = malloc((size_t)MAXS * V * sizeof(float));
+	float *ref = calloc((size_t)max_rows * V, sizeof(float));
+	float *got = calloc((size_t)max_rows * V, sizeof(float));
+	struct engine *cpu = NULL, *gpu = NULL;
+	struct diag d = { 0 };
+	struct engine_opts oc = opts(ENGINE_DEVICE_CPU, DT_F32), og = opts(ENGINE_DEVICE_CUDA, kv);
+	int rc = engine_create(m, &oc, &cpu, &d);
+	CHECK(rc == 0, "%s: CPU engine: %s", name, d.msg);
+	rc = rc ? rc : engine_create(m, &og, &gpu, &d);
+	CHECK(rc == 0, "%s: CUDA engine: %s", name, d.msg);
+	if (!rc) {
+		struct seq a[4], b[4];
+		for (int i = 0; i < 4; i++) {
+			seq_init(&a[i], i, g_plan.prompt[i], V);
+			seq_init(&b[i], i, g_plan.prompt[i], V);
+		}
+		run_plan(cpu, a, logits, ref, V, name);
+		run_plan(gpu, b, logits, got, V, name);
+		double worst = 0;
+		int rows = 0, top1 = 0;
+		for (int r = 0; r < max_rows; r++) {
+			double scale, err = row_err(got + (size_t)r * V, ref + (size_t)r * V, V, &scale);
+			if (scale == 0)
+				continue; /* past the rows the plan produced */
+			rows++;
+			top1 += argmax(got + (size_t)r * V, V) == argmax(ref + (size_t)r * V, V);
+			worst = fmax(worst, err / scale);
+			CHECK(err <= TOL * scale, "%s: logits row %d: max |diff| %.4g > %.2g * %.4g",
+			      name, r, err, TOL, scale);
+		}
+		printf("%s: %d logits rows, max |diff| / max |logit| = %.3g, top-1 %d/%d\n", name,
+		       rows, worst, top1, rows);
+		CHECK(rows >= 10, "%s: only %d logits rows compared", name, rows);
+	}
+	engine_destroy(gpu);
+	engine_destroy(cpu);
+	free(logits);
+	free(ref);
+	free(got);
+	tmodel_destroy(m);
+}
+
+/* ---- 2. greedy batch invariance ------------------------------------------------ */
+
+#define GEN 12
+
+static void generate(struct engine *e, struct seq **sq, int n, int vocab, float *logits,
+		     float *gen_logits /* [n][GEN][vocab] or NULL */)
+{
+	int n_new[MAXS];
+	for (int i = 0; i < n; i++)
+		n_new[i] = sq[i]->n_toks - sq[i]->ctx;
+	for (int g = 0; g < GEN; g++) {
+		int nl = 0;
+		int rc = step(e, sq, n_new, n, logits, &nl);
+		CHECK(rc == 0 && nl == n, "generate: step %d rc %d rows %d", g, rc, nl);
+		if (rc || nl != n)
+			return;
+		for (int i = 0; i < n; i++) {
+			const float *row = logits + (size_t)i * vocab;
+			if (gen_logits)
+				memcpy(gen_logits + ((size_t)i * GEN + g) * vocab, row,
+				       (size_t)vocab * sizeof(float));
+			sq[i]->toks[sq[i]->n_toks++] = argmax(row, vocab);
+			n_new[i] = 1;
+		}
+	}
+}
+
+static void batch_invariance(const struct model *m, bool eager)
+{
+	const int V = m->cfg.vocab, N = 8;
+	struct engine *e = NULL;
+	struct diag d = { 0 };
+	struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
+	o.enforce_eager = eager;
+	if (engine_create(m, &o, &e, &d)) {
+		CHECK(0, "CUDA engine: %s", d.msg);
+		return;
+	}
+	float *logits = malloc((size_t)MAXS * V * sizeof(float));
+	float *solo_logits = malloc((size_t)N * GEN * V * sizeof(float));
+	static struct seq solo[8], batch[8];
+	static const int prompts[8] = { 1, 5, 16, 17, 33, 64, 100, 150 };
+	for (int i = 0; i < N; i++) {
+		seq_init(&solo[i], i, prompts[i], V);
+		struct seq *p = &solo[i];
+		generate(e, &p, 1, V, logits, solo_logits + (size_t)i * GEN * V);
+	}
+	struct seq *ptr[8];
+	for (int i = 0; i < N; i++) {
+		seq_init(&batch[i], i, prompts[i], V);
+		ptr[i] = &batch[i];
+	}
+	generate(e, ptr, N, V, logits, NULL);
+	int same = 0, ties = 0;
+	for (int i = 0; i < N; i++) {
+		for (int g = 0; g < GEN; g++) {
+			int t = prompts[i] + g;
+			if (solo[i].toks[t] == batch[i].toks[t]) {
+				same++;
+				continue;
+			}
+			const float *row = solo_logits + ((size_t)i * GEN + g) * V;
+			double scale = 0;
+			for (int k = 0; k < V; k++)
+				scale = fmax(scale, fabs(row[k]));
+			double gap = row[solo[i].toks[t]] - row[batch[i].toks[t]];
+			CHECK(gap <= 1e-2 * scale, "seq %d token %d: solo %d batch %d, gap %.4g is no "
+			      "near-tie (max |logit| %.4g)", i, g, solo[i].toks[t], batch[i].toks[t],
+			      gap, scale);
+			ties++;
+			break; /* the sequences differ from here on */
+		}
+	}
+	printf("batch invariance (%s): %d tokens identical, %d near-tie divergences\n",
+	       eager ? "eager" : "graphs", same, ties);
+	free(logits);
+	free(solo_logits);
+	engine_destroy(e);
+}
+
+/* ---- 3. graphs vs eager ----------------------------------------------------------- */
+
+static void graphs_vs_eager(const struct model *m)
+{
+	const int V = m->cfg.vocab;
+	struct engine *e[2] = { NULL, NULL };
+	struct diag d = { 0 };
+	for (int k = 0; k < 2; k++) {
+		struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
+		o.enforce_eager = k == 1;
+		if (engine_create(m, &o, &e[k], &d)) {
+			CHECK(0, "CUDA engine: %s", d.msg);
+			engine_destroy(e[0]);
+			return;
+		}
+	}
+	float *l[2] = { malloc((size_t)MAXS * V * sizeof(float)),
+			malloc((size_t)MAXS * V * sizeof(float)) };
+	static struct seq s[2][5];
+	double worst = 0;
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 5; i++)
+			seq_init(&s[k][i], i, 20 + 9 * i, V);
+	/* prefill all five, then decode batches of 5 (padded to 8), 3 and 1 */
+	for (int k = 0; k < 2; k++) {
+		struct seq *p[5] = { &s[k][0], &s[k][1], &s[k][2], &s[k][3], &s[k][4] };
+		int n_new[5], nl;
+		for (int i = 0; i < 5; i++)
+			n_new[i] = s[k][i].n_toks;
+		CHECK(step(e[k], p, n_new, 5, l[k], &nl) == 0, "prefill");
+		for (int i = 0; i < 5; i++)
+			s[k][i].toks[s[k][i].n_toks++] = (int32_t)(i + 3);
+	}
+	const int sizes[] = { 5, 3, 1, 5, 2 };
+	for (int it = 0; it < 5; it++) {
+		const int n = sizes[it];
+		for (int k = 0; k < 2; k++) {
+			struct seq *p[5];
+			int n_new[5], nl;
+			for (int i = 0; i < n; i++) {
+				p[i] = &s[k][i];
+				n_new[i] = 1;
+			}
+			CHECK(step(e[k], p, n_new, n, l[k], &nl) == 0 && nl == n, "decode");
+			for (int i = 0; i < n; i++)
+				s[k][i].toks[s[k][i].n_toks++] = (int32_t)((it * 7 + i) % V);
+		}
+		for (int i = 0; i < n; i++) {
+			double scale, err = row_err(l[0] + (size_t)i * V, l[1] + (size_t)i * V, V,
+						    &scale);
+			worst = fmax(worst, err / scale);
+			CHECK(err <= 2e-3 * scale, "graph vs eager: decode %d row %d: %.4g of %.4g", it,
+			      i, err, scale);
+		}
+	}
+	printf("graphs vs eager: max |diff| / max |logit| = %.3g\n", worst);
+	free(l[0]);
+	free(l[1]);
+	engine_destroy(e[0]);
+	engine_destroy(e[1]);
+}
+
+/* ---- 4. copy_blocks, bad batches, memory sizing ---------------------------------- */
+
+static void misc(const struct model *m)
+{
+	const int V = m->cfg.vocab;
+	struct engine *e = NULL;
+	struct diag d = { 0 };
+	struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
+	if (engine_create(m, &o, &e, &d)) {
+		CHECK(0, "CUDA engine: %s", d.msg);
+		return;
+	}
+	float *l1 = malloc((size_t)MAXS * V * sizeof(float)), *l2 = malloc((size_t)MAXS * V * 4);
+	/* copy_blocks: a sequence whose first block is a copy computes what the
+	 * original does */
+	struct seq a, b;
+	seq_init(&a, 0, 16, V);
+	struct seq *p = &a;
+	int n_new = 16, nl;
+	CHECK(step(e, &p, &n_new, 1, l1, &nl) == 0, "prefill a");
+	seq_init(&b, 1, 16, V);
+	memcpy(b.toks, a.toks, sizeof a.toks);
+	int32_t src = a.table[0], dst = b.table[0];
+	CHECK(engine_copy_blocks(e, &src, &dst, 1) == 0, "copy_blocks");
+	a.toks[a.n_toks++] = 9;
+	b.toks[b.n_toks++] = 9;
+	b.ctx = 16; /* the copied block holds positions 0..15 */
+	n_new = 1;
+	p = &a;
+	CHECK(step(e, &p, &n_new, 1, l1, &nl) == 0, "decode a");
+	p = &b;
+	CHECK(step(e, &p, &n_new, 1, l2, &nl) == 0, "decode b");
+	double scale, err = row_err(l2, l1, V, &scale);
+	CHECK(err <= 1e-5 * scale + 1e-6, "copy_blocks: %.4g", err);
+	/* a bad batch is refused and changes nothing */
+	int32_t tok = V + 5, pos = 0, slot = 0, start[2] = { 0, 1 }, ctx = 1, table[MAXB] = { 0 },
+		row = 0;
+	struct engine_batch bad = { .n_tokens = 1, .tokens = &tok, .positions = &pos,
+				    .slot_mapping = &slot, .n_seqs = 1, .seq_start = start,
+				    .context_len = &ctx, .block_tables = table,
+				    .max_blocks_per_seq = MAXB, .n_logits = 1, .logits_rows = &row };
+	CHECK(engine_forward(e, &bad, l1) == ERR_INVAL, "token out of range accepted");
+	engine_destroy(e);
+	/* the pool sized from memory */
+	o.n_kv_blocks = 0;
+	o.gpu_memory_utilization = 0.5;
+	e = NULL;
+	int rc = engine_create(m, &o, &e, &d);
+	CHECK(rc == 0 && engine_n_kv_blocks(e) >= MAXB, "sized pool: rc %d (%s)", rc, d.msg);
+	if (!rc)
+		printf("KV pool from gpu_memory_utilization 0.5: %d blocks\n", engine_n_kv_blocks(e));
+	engine_destroy(e);
+	free(l1);
+	free(l2);
+}
+
+int main(void)
+{
+	if (!engine_cuda_available()) {
+		printf("test_cuda_engine: SKIP: no CUDA device visible\n");
+		return 77;
+	}
+	struct model_config c;
+	tmodel_config_small(&c);
+	c.hidden = 256;
+	c.n_heads = 4;
+	c.n_kv_heads = 2;
+	c.head_dim = 64;
+	c.ffn = 512;
+	c.vocab = 1000;
+	c.n_layers = 2;
+	compare_model("llama gqa f16 (neox)", &c, DT_F16, ROPE_STYLE_NEOX, DT_F16);
+	compare_model("llama gqa f16, f32 kv", &c, DT_F16, ROPE_STYLE_NEOX, DT_F32);
+	compare_model("llama gqa bf16 (norm layout)", &c, DT_BF16, ROPE_STYLE_NORM, DT_BF16);
+	struct model_config q2 = c;
+	q2.arch = ARCH_QWEN2;
+	q2.qkv_bias = true;
+	q2.hidden = 512;
+	q2.n_heads = 8;
+	q2.n_kv_heads = 1;
+	compare_model("qwen2 bias, gqa 8", &q2, DT_F16, ROPE_STYLE_NEOX, DT_F16);
+	struct model_config q3 = c;
+	q3.arch = ARCH_QWEN3;
+	q3.qk_norm = true;
+	q3.head_dim = 128;
+	q3.n_heads = 4;
+	q3.n_kv_heads = 4;
+	q3.tied_embeddings = true;
+	compare_model("qwen3 qk-norm hd128 tied", &q3, DT_F16, ROPE_STYLE_NEOX, DT_F16);
+	struct model_config l3 = c;
+	l3.rope_scaling.type = ROPE_SCALING_LLAMA3;
+	l3.rope_scaling.factor = 8;
+	l3.rope_scaling.low_freq_factor = 1;
+	l3.rope_scaling.high_freq_factor = 4;
+	l3.rope_scaling.original_max_pos = 64;
+	l3.rope_theta = 500000;
+	compare_model("llama3 rope scaling", &l3, DT_F16, ROPE_STYLE_NEOX, DT_F16);
+
+	struct tmodel_opts to = { .wdtype = DT_F16, .seed = 11, .layout = ROPE_STYLE_NEOX,
+				  .head_gain = 4 };
+	struct model *m = NULL;
+	if (tmodel_create(&c, &to, &m) == 0) {
+		batch_invariance(m, false);
+		batch_invariance(m, true);
+		graphs_vs_eager(m);
+		misc(m);
+		tmodel_destroy(m);
+	} else {
+		CHECK(0, "tmodel_create");
+	}
+	printf("%s: %d failures\n", g_fail ? "FAIL" : "PASS", g_fail);
+	return g_fail ? 1 : 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — the one GPU run: build with CUDA, run every CUDA test,
+# then the GPU benchmarks, and print the figures the issues ask for.
+# Sized for under 5 minutes on an H200 (16 host cores).
+#
+#   tests/gpu/run.sh [BUILD_DIR]          (default build-gpu)
+#
+# Environment: GPU_ARCHS (default 90a), OUT (if set, logs are copied there),
+# QUICK=1 (smaller benchmark shapes, for a first smoke run).
+# Exit status: non-zero when the build or any CUDA test failed; benchmark
+# failures are reported but do not hide test results.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build-gpu}
+ARCHS=${GPU_ARCHS:-90a}
+LOG=${OUT:-/tmp}/gpu-run
+mkdir -p "$LOG"
+export PATH=/usr/local/cuda/bin:$PATH
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+
+stamp "device"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
+
+stamp "build ($ARCHS, release)"
+if [ ! -f "$BUILD/build.ninja" ]; then
+	meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs="$ARCHS" --buildtype=release \
+		>"$LOG/setup.log" 2>&1 || { tail -30 "$LOG/setup.log"; exit 1; }
+fi
+ninja -C "$BUILD" >"$LOG/build.log" 2>&1 || { grep -B2 -A12 -E "error|FAILED" "$LOG/build.log" | head -80; exit 1; }
+
+stamp "CUDA tests (suite gpu)"
+meson test -C "$BUILD" --suite gpu --print-errorlogs --num-processes 4 >"$LOG/tests-gpu.log" 2>&1
+tests_rc=$?
+grep -E "^ *[0-9]+/[0-9]+ |Ok:|Fail:|Skipped:|Timeout:" "$LOG/tests-gpu.log"
+[ $tests_rc -ne 0 ] && grep -E "FAIL|MISMATCH|mismatch" "$BUILD/meson-logs/testlog.txt" | head -40
+cp "$BUILD/meson-logs/testlog.txt" "$LOG/testlog-gpu.txt" 2>/dev/null
+
+stamp "engine tests on the CPU (the references the GPU is compared to)"
+meson test -C "$BUILD" test_engine test_ops test_matmul ref_forward --num-processes 8 \
+	>"$LOG/tests-cpu.log" 2>&1
+grep -E "Ok:|Fail:" "$LOG/tests-cpu.log"
+
+stamp "machine limits (bench_cuda)"
+q=""; [ "${QUICK:-0}" = 1 ] && q="--quick"
+timeout 120 "$BUILD/tests/bench/bench_cuda" $q 2>&1 | tee "$LOG/bench_cuda.txt"
+if [ -x "$BUILD/tests/bench/bench_cuda_quant" ]; then
+	stamp "8-bit GEMV/GEMM (bench_cuda_quant)"
+	timeout 120 "$BUILD/tests/bench/bench_cuda_quant" $q 2>&1 | tee "$LOG/bench_cuda_quant.txt"
+fi
+
+# Llama-3-8B shape (random weights): hidden 4096, 32 layers, 32/8 heads,
+# FFN 14336, vocab 128256, BF16.
+shape="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256"
+[ "${QUICK:-0}" = 1 ] && shape="--layers 4 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256"
+hbm=$(grep -oE '^hbm_gbs_measured=[0-9.]+' "$LOG/bench_cuda.txt" | cut -d= -f2)
+hbm_arg=""; [ -n "$hbm" ] && hbm_arg="--hbm-gbs 4800"
+for q in none fp8 int8; do
+	stamp "engine bench: Llama-3-8B shape, bf16, --quantization $q"
+	timeout 150 "$BUILD/server/aorta" bench engine --device cuda --synthetic $shape --dtype bf16 \
+		--quantization $q --prompt 2048 --batches 1,16,64 --decode-ctx 512 --steps 20 \
+		$hbm_arg 2>&1 | tee "$LOG/bench_engine_$q.txt"
+done
+
+stamp "summary"
+echo "CUDA tests: $([ $tests_rc -eq 0 ] && echo all passed || echo FAILED)"
+[ -n "$hbm" ] && echo "measured device bandwidth: $hbm GB/s (bench_cuda)"
+grep -hE "^(prefill|decode)" "$LOG"/bench_engine_*.txt
+exit $tests_rc

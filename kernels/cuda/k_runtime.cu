@@ -2,6 +2,7 @@
 // event helpers of kcuda.h (the runtime part). Errors become ERR_DEVICE with
 // the CUDA message in k_cuda_last_error().
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/err.h"
@@ -20,7 +21,7 @@ extern "C" int k_cuda_props(int device, struct k_cuda_props *out)
 	if (rc)
 		return rc;
 	memset(out, 0, sizeof *out);
-	strncpy(out->name, p.name, sizeof out->name - 1);
+	snprintf(out->name, sizeof out->name, "%s", p.name);
 	out->cc_major = p.major;
 	out->cc_minor = p.minor;
 	out->n_sms = p.multiProcessorCount;

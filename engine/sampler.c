@@ -873,3 +873,160 @@ int sampler_sample(const struct sampling_params *p, struct sampler_state *s,
 		fill_logprobs(p, logits, vocab, logz, out);
 	return sampler_accept(s, tok);
 }
+
+/* ---- sampling on the device ------------------------------------------------ */
+
+_Static_assert(K_SAMPLE_MAX_TOP == SAMPLER_MAX_LOGPROBS, "top logprobs limits differ");
+
+void sampler_device_lists_init(struct sampler_device_lists *l)
+{
+	memset(l, 0, sizeof(*l));
+}
+
+void sampler_device_lists_reset(struct sampler_device_lists *l)
+{
+	l->n_pen = l->n_bias = l->n_ban = 0;
+}
+
+void sampler_device_lists_deinit(struct sampler_device_lists *l)
+{
+	free(l->pen);
+	free(l->bias);
+	free(l->ban);
+	memset(l, 0, sizeof(*l));
+}
+
+/* Make room for `more` elements of `size` bytes after n in *arr of *cap. */
+static int grow(void **arr, int *cap, int n, int more, size_t size)
+{
+	if (more <= *cap - n)
+		return 0;
+	if (more > INT32_MAX - n)
+		return ERR_OVERFLOW;
+	size_t want = (size_t)n + (size_t)more, ncap = *cap ? (size_t)*cap : 64;
+	while (ncap < want)
+		ncap *= 2;
+	if (ncap > INT32_MAX)
+		ncap = INT32_MAX;
+	void *p = realloc(*arr, ncap * size);
+	if (!p)
+		return ERR_NOMEM;
+	*arr = p;
+	*cap = (int)ncap;
+	return 0;
+}
+
+static int add_ban(struct sampler_device_lists *l, int32_t t, int vocab)
+{
+	if (t < 0 || t >= vocab)
+		return 0;
+	int rc = grow((void **)&l->ban, &l->cap_ban, l->n_ban, 1, sizeof(*l->ban));
+	if (rc)
+		return rc;
+	l->ban[l->n_ban++] = t;
+	return 0;
+}
+
+/* The ban entries: what apply_min_tokens sets to -inf. */
+static int device_bans(const struct sampling_params *p, const struct sampler_state *s,
+		       int vocab, struct sampler_device_lists *l)
+{
+	if (s->n_generated >= p->min_tokens)
+		return 0;
+	int rc = 0;
+	if (!p->ignore_eos)
+		for (int i = 0; i < s->n_eos && !rc; i++)
+			rc = add_ban(l, s->eos_ids[i], vocab);
+	for (int i = 0; i < p->n_stop_token_ids && !rc; i++)
+		rc = add_ban(l, p->stop_token_ids[i], vocab);
+	return rc;
+}
+
+/* The penalty entries: every tracked token apply_penalties would change. */
+static int device_pens(const struct sampling_params *p, const struct sampler_state *s,
+		       int vocab, struct sampler_device_lists *l)
+{
+	if (!s->track)
+		return 0;
+	bool rep = p->repetition_penalty != 1.0f;
+	int rc = grow((void **)&l->pen, &l->cap_pen, l->n_pen, (int)s->n_used, sizeof(*l->pen));
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < s->cap; i++) {
+		const struct sampler__count *c = &s->slots[i];
+		if (c->token < 0 || c->token >= vocab || !((rep && c->in_prompt) || c->n_gen > 0))
+			continue;
+		l->pen[l->n_pen++] = (struct k_sample_pen){ .token = c->token,
+							    .n_gen = c->n_gen,
+							    .in_prompt = c->in_prompt };
+	}
+	return 0;
+}
+
+int sampler_device_row(const struct sampling_params *p, struct sampler_state *s, int vocab,
+		       struct k_sample_row *row, struct sampler_device_lists *l)
+{
+	if (vocab <= 0)
+		return ERR_INVAL;
+	/* The draw comes first, as in sampler_sample, so the stream stays in step
+	 * even when this call fails. */
+	double u = rng_uniform(&s->rng);
+	bool greedy = !(p->temperature >= SAMPLER_GREEDY_EPS);
+	memset(row, 0, sizeof(*row));
+	row->u = u;
+	row->inv_temperature = greedy ? 1.0f : 1.0f / p->temperature;
+	row->top_p = p->top_p;
+	row->min_p = p->min_p;
+	row->log_min_p = p->min_p > 0.0f ? logf(p->min_p) : 0.0f;
+	row->repetition_penalty = p->repetition_penalty;
+	row->frequency_penalty = p->frequency_penalty;
+	row->presence_penalty = p->presence_penalty;
+	row->top_k = p->top_k;
+	row->n_logprobs = p->logprobs;
+	row->greedy = greedy;
+
+	row->ban_begin = l->n_ban;
+	int rc = device_bans(p, s, vocab, l);
+	row->ban_end = l->n_ban;
+	if (rc)
+		return rc;
+
+	row->bias_begin = l->n_bias;
+	if (p->n_logit_bias > 0) {
+		rc = grow((void **)&l->bias, &l->cap_bias, l->n_bias, p->n_logit_bias,
+			  sizeof(*l->bias));
+		if (rc)
+			return rc;
+		for (int i = 0; i < p->n_logit_bias; i++)
+			l->bias[l->n_bias++] = (struct k_sample_bias){
+				.token = p->logit_bias[i].token, .bias = p->logit_bias[i].bias
+			};
+	}
+	row->bias_end = l->n_bias;
+
+	row->pen_begin = l->n_pen;
+	rc = device_pens(p, s, vocab, l);
+	row->pen_end = l->n_pen;
+	return rc;
+}
+
+int sampler_device_finish(const struct sampling_params *p, struct sampler_state *s,
+			  int32_t token, float logprob, int32_t rank, const int32_t *top_ids,
+			  const float *top_logprobs, struct sample_result *out)
+{
+	if (token < 0)
+		return ERR_RANGE;
+	memset(out, 0, sizeof(*out));
+	out->token = token;
+	if (p->logprobs >= 0) {
+		out->logprob = logprob;
+		out->rank = rank;
+		int n = p->logprobs < K_SAMPLE_MAX_TOP ? p->logprobs : K_SAMPLE_MAX_TOP;
+		while (out->n_top < n && top_ids[out->n_top] >= 0) {
+			out->top[out->n_top].token = top_ids[out->n_top];
+			out->top[out->n_top].logprob = top_logprobs[out->n_top];
+			out->n_top++;
+		}
+	}
+	return sampler_accept(s, token);
+}

@@ -41,7 +41,8 @@
  * convention), so a token masked to -inf reports -9999, never -inf (JSON has
  * no -inf).
  *
- * Tested in tests/sampling/test_sampler.c.
+ * Tested in tests/sampling/test_sampler.c; the device path (end of this
+ * header) in tests/sampling/test_sample_device.c.
  */
 #ifndef AORTA_ENGINE_SAMPLER_H
 #define AORTA_ENGINE_SAMPLER_H
@@ -51,6 +52,7 @@
 
 #include "common/err.h"
 #include "engine/rng.h"
+#include "kernels/cuda/kcuda_sample.h"
 
 #define SAMPLER_MAX_LOGPROBS 20	  /* OpenAI's top_logprobs limit */
 #define SAMPLER_MAX_EOS 8	  /* same as MODEL_MAX_EOS */
@@ -169,5 +171,49 @@ struct sample_result {
  * vocab. */
 int sampler_sample(const struct sampling_params *p, struct sampler_state *s,
 		   struct sampler_scratch *sc, float *logits, int vocab, struct sample_result *out);
+
+/* ---- sampling on the device (kernels/cuda/kcuda_sample.h) -----------------
+ * The same chain run by k_sample (or its reference k_sample_ref) over a batch
+ * of rows. Contract: a sequence's tokens are the same whichever path samples
+ * them, step after step, because
+ *   - sampler_device_row draws u from s's stream exactly where
+ *     sampler_sample would (one draw per sampled token, before anything else),
+ *     and encodes p and s (min_tokens bans, bias, penalty history) into the
+ *     row, and
+ *   - sampler_device_finish records the kernel's token with sampler_accept,
+ *     as sampler_sample records its own.
+ * Per token, call sampler_device_row once, run the kernel, then call
+ * sampler_device_finish once (never sampler_sample for the same token). The
+ * kernel's token may differ from the CPU's only when u * mass lies within
+ * double rounding (~1e-16 relative) of a cumulative boundary; see
+ * kcuda_sample.h. */
+
+/* The CSR payloads of a batch of rows, grown as rows are added. */
+struct sampler_device_lists {
+	struct k_sample_pen *pen;
+	struct k_sample_bias *bias;
+	int32_t *ban;
+	int n_pen, n_bias, n_ban;
+	int cap_pen, cap_bias, cap_ban;
+};
+
+void sampler_device_lists_init(struct sampler_device_lists *l);
+void sampler_device_lists_reset(struct sampler_device_lists *l); /* empty, keeps memory */
+void sampler_device_lists_deinit(struct sampler_device_lists *l);
+
+/* Fill *row for the next token of the sequence (p, s) over vocab logits and
+ * append its penalty / bias / ban entries to l (row's ranges index l's
+ * arrays). Draws u from s->rng. ERR_NOMEM if l cannot grow (u is drawn
+ * anyway), ERR_INVAL for vocab <= 0. */
+int sampler_device_row(const struct sampling_params *p, struct sampler_state *s, int vocab,
+		       struct k_sample_row *row, struct sampler_device_lists *l);
+
+/* After the kernel: turn its outputs for this row into *out (as
+ * sampler_sample fills it) and record the token in s. token < 0 (all logits
+ * -inf or NaN) is ERR_RANGE and records nothing, as in sampler_sample.
+ * top_ids / top_logprobs: the row's K_SAMPLE_MAX_TOP entries. */
+int sampler_device_finish(const struct sampling_params *p, struct sampler_state *s,
+			  int32_t token, float logprob, int32_t rank, const int32_t *top_ids,
+			  const float *top_logprobs, struct sample_result *out);
 
 #endif

@@ -11,6 +11,10 @@
  *
  * 16-bit outputs (out_dt DT_F16 or DT_BF16) are rounded to nearest even from
  * the F32 result; DT_F32 outputs are also accepted everywhere out_dt is.
+ * Errors: ERR_INVAL for a NULL pointer, a negative count, a zero size or an
+ * out-of-range enum; ERR_UNSUPPORTED for a known dtype other than F32, F16,
+ * BF16 or a shape past a launch limit. A zero row count launches nothing.
+ * Implementation: kernels/cuda/k_ops.cu.
  */
 #ifndef AORTA_KERNELS_CUDA_KCUDA_OPS_H
 #define AORTA_KERNELS_CUDA_KCUDA_OPS_H
@@ -31,13 +35,15 @@ int k_embed(void *stream, const void *d_table, enum dtype table_dt, int hidden,
 
 /* For every row r < n_rows: if d_add, d_x[r] += d_add[r]; then
  * d_out[r] = d_x[r] / rms(d_x[r]) * d_w (F32 math, eps inside the sqrt, as
- * kops_rmsnorm_ref). d_x, d_add: F32 [n_rows, hidden]; d_w: F32 [hidden];
- * d_out: [n_rows, hidden] in out_dt. */
+ * kops_rmsnorm_ref; the sum of squares in F32). d_x, d_add: F32
+ * [n_rows, hidden]; d_w: F32 [hidden]; d_out: [n_rows, hidden] in out_dt
+ * (may equal d_x when out_dt is DT_F32; no other overlap). eps >= 0. */
 int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const float *d_w, int n_rows,
 		  int hidden, float eps, void *d_out, enum dtype out_dt);
 
 /* Gathered norm for the LM head: d_out[i] = rmsnorm(d_x[d_rows[i]]) * d_w
- * for i < n_out (no add). */
+ * for i < n_out (no add). The caller has checked the row indices; d_out must
+ * not overlap d_x. */
 int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_rows, int n_out,
 		   const float *d_w, int hidden, float eps, void *d_out, enum dtype out_dt);
 
@@ -49,15 +55,18 @@ int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_rows, int n_
  *     NULL or both set, eps;
  *   RoPE on q and k at d_positions[r]: angle_i = pos * d_inv_freq[i]
  *     (i < head_dim/2), NEOX pairs (i, i + half), NORM pairs (2i, 2i+1)
- *     (style: 0 = NEOX, 1 = NORM, as enum kops_rope_style); angles in F32
- *     from pos * inv_freq computed in double-equivalent precision is not
- *     required: use sincosf of (float)pos * inv_freq rounded once — the test
- *     tolerance allows for it;
+ *     (style: 0 = NEOX, 1 = NORM, as enum kops_rope_style); the product is
+ *     taken in double (as kops_rope_angles), reduced to [-pi, pi] in double,
+ *     then sincosf: cos/sin within ~2e-7 of the CPU's at any position (an F32
+ *     product is off by ~4e-3 rad at pos 100000);
  *   q written to d_q (F32 [n_rows, q_dim]);
  *   k and v stored into the layer's paged pools d_k_cache / d_v_cache
  *     (kv_dt: DT_F32, DT_F16 or DT_BF16) at slot d_slots[r], laid out as
  *     kops_kv_offset(slot / block_size, slot % block_size, head, ...); a
- *     negative slot means "do not store" (padding rows of a CUDA graph). */
+ *     negative slot means "do not store" (padding rows of a CUDA graph).
+ * The caller has checked every slot against the pool and keeps the slots of
+ * one call distinct. head_dim must be even and <= 1024 (ERR_UNSUPPORTED
+ * above). */
 struct k_qkv_args {
 	const float *qkv;
 	const float *bias;
@@ -81,7 +90,9 @@ int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, void *d_out
 	       enum dtype out_dt);
 
 /* d_out[r] = index of the largest of d_logits[r, 0..vocab) (lowest index on
- * ties, as kops_argmax; NaN never wins). */
+ * ties, as kops_argmax; NaN never wins: a row of only NaN gives 0, so does a
+ * row of only -inf). Equals kops_argmax except when d_logits[r, 0] is NaN
+ * (kops_argmax then returns 0 whatever follows). */
 int k_argmax(void *stream, const float *d_logits, int n_rows, int vocab, int32_t *d_out);
 
 /* d_out[i] = (out_dt) d_in[i] for i < n (F32 -> F16/BF16/F32). */

@@ -1,0 +1,491 @@
+// kernels/cuda/k_ops.cu — the elementwise and per-row kernels of the CUDA
+// forward pass (kcuda_ops.h): embedding gather, residual add + RMSNorm, the
+// gathered LM-head norm, Q/K/V bias + q/k norm + RoPE + paged KV store,
+// SiLU·mul, argmax, F32 casts. Stateless; launchers never synchronize.
+// CPU counterparts: kernels/cpu/ops_ref.c and engine/forward.c (job_qkv_post);
+// test: tests/kernels/test_cuda_ops.c.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "kernels/cuda/kcuda_internal.h"
+#include "kernels/cuda/kcuda_ops.h"
+
+// ---- shared helpers --------------------------------------------------------
+
+// 0 for F32/F16/BF16; ERR_UNSUPPORTED for another known dtype; ERR_INVAL otherwise.
+static int check_dt(enum dtype dt)
+{
+	if (kcu_is_16bit_or_f32(dt))
+		return 0;
+	return (int)dt >= 0 && (int)dt < (int)DT__COUNT ? ERR_UNSUPPORTED : ERR_INVAL;
+}
+
+__device__ __forceinline__ bool aligned(const void *p, size_t bytes)
+{
+	return ((uintptr_t)p & (bytes - 1)) == 0;
+}
+
+__device__ __forceinline__ size_t dt_size(enum dtype dt)
+{
+	return dt == DT_F32 ? 4 : 2;
+}
+
+// Store v as elements i..i+3 of a dt array; the address of element i is
+// 16-byte (F32) or 8-byte (16-bit) aligned.
+__device__ __forceinline__ void store4(void *p, enum dtype dt, size_t i, float4 v)
+{
+	if (dt == DT_F16) {
+		__half2 *h = (__half2 *)p + i / 2;
+		h[0] = __floats2half2_rn(v.x, v.y);
+		h[1] = __floats2half2_rn(v.z, v.w);
+	} else if (dt == DT_BF16) {
+		__nv_bfloat162 *h = (__nv_bfloat162 *)p + i / 2;
+		h[0] = __floats2bfloat162_rn(v.x, v.y);
+		h[1] = __floats2bfloat162_rn(v.z, v.w);
+	} else {
+		((float4 *)p)[i / 4] = v;
+	}
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32, every thread calls
+// it). sh: 32 floats of shared memory, free again when this returns.
+__device__ float block_sum(float v, float *sh)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	v = kcu_warp_sum(v);
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0f;
+		v = kcu_warp_sum(v);
+		if (lane == 0)
+			sh[0] = v;
+	}
+	__syncthreads();
+	v = sh[0];
+	__syncthreads(); // every thread has read sh[0] before sh is reused
+	return v;
+}
+
+static unsigned round_up32(size_t n)
+{
+	return (unsigned)((n + 31) / 32 * 32);
+}
+
+// ---- embedding ---------------------------------------------------------------
+
+__global__ void embed_kernel(const void *table, enum dtype dt, int hidden,
+			     const int32_t *tokens, float *x)
+{
+	const size_t r = blockIdx.x;
+	const size_t src = (size_t)tokens[r] * (size_t)hidden;
+	float *xr = x + r * (size_t)hidden;
+	for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+		xr[i] = kcu_load(table, dt, src + (size_t)i);
+}
+
+extern "C" int k_embed(void *stream, const void *d_table, enum dtype table_dt, int hidden,
+		       const int32_t *d_tokens, int n_rows, float *d_x)
+{
+	if (n_rows < 0 || hidden <= 0)
+		return ERR_INVAL;
+	int rc = check_dt(table_dt);
+	if (rc)
+		return rc;
+	if (n_rows == 0)
+		return 0;
+	if (!d_table || !d_tokens || !d_x)
+		return ERR_INVAL;
+	unsigned threads = round_up32(hidden < 256 ? hidden : 256);
+	embed_kernel<<<(unsigned)n_rows, threads, 0, (cudaStream_t)stream>>>(
+		d_table, table_dt, hidden, d_tokens, d_x);
+	return kcu_launched("k_embed");
+}
+
+// ---- RMSNorm (with the residual add, or gathered) ----------------------------
+
+// One CTA per output row. Input row = rows ? rows[blockIdx.x] : blockIdx.x.
+// If add: x[row] += add[row] (written back). Then out = x * inv_rms * w with
+// the sum of squares in F32 (block-wide). The same thread reads in the second
+// pass exactly the elements it wrote in the first, so out may equal x (F32,
+// not gathered). Rows whose pointers are aligned run float4 loads with a
+// scalar tail; others run scalar.
+__global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, const float *w,
+			       int n, float eps, void *out, enum dtype out_dt)
+{
+	__shared__ float sh[32];
+	const size_t r_out = blockIdx.x;
+	const size_t r_in = rows ? (size_t)rows[r_out] : r_out;
+	float *xr = x + r_in * (size_t)n;
+	const float *ar = add ? add + r_in * (size_t)n : NULL;
+	const size_t ob = r_out * (size_t)n; // element offset of the output row
+	const size_t osz = dt_size(out_dt);
+	const bool vec = aligned(xr, 16) && (!ar || aligned(ar, 16)) && aligned(w, 16) &&
+			 aligned((const char *)out + ob * osz, 4 * osz);
+	const int nv = vec ? n / 4 : 0;
+	const int tid = threadIdx.x, bd = blockDim.x;
+
+	float ss = 0.0f;
+	for (int j = tid; j < nv; j += bd) {
+		float4 v = ((const float4 *)xr)[j];
+		if (ar) {
+			float4 a = ((const float4 *)ar)[j];
+			v.x += a.x;
+			v.y += a.y;
+			v.z += a.z;
+			v.w += a.w;
+			((float4 *)xr)[j] = v;
+		}
+		ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+	}
+	for (int i = 4 * nv + tid; i < n; i += bd) {
+		float v = xr[i];
+		if (ar) {
+			v += ar[i];
+			xr[i] = v;
+		}
+		ss += v * v;
+	}
+	ss = block_sum(ss, sh);
+	const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+
+	for (int j = tid; j < nv; j += bd) {
+		float4 v = ((const float4 *)xr)[j];
+		float4 g = ((const float4 *)w)[j];
+		float4 o = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z,
+				       v.w * inv * g.w);
+		store4(out, out_dt, ob + 4 * (size_t)j, o);
+	}
+	for (int i = 4 * nv + tid; i < n; i += bd)
+		kcu_store(out, out_dt, ob + (size_t)i, xr[i] * inv * w[i]);
+}
+
+static unsigned norm_threads(int n)
+{
+	size_t t = round_up32(((size_t)n + 3) / 4);
+	return (unsigned)(t > 512 ? 512 : t);
+}
+
+extern "C" int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const float *d_w,
+			     int n_rows, int hidden, float eps, void *d_out, enum dtype out_dt)
+{
+	if (n_rows < 0 || hidden <= 0 || !(eps >= 0.0f))
+		return ERR_INVAL;
+	int rc = check_dt(out_dt);
+	if (rc)
+		return rc;
+	if (n_rows == 0)
+		return 0;
+	if (!d_x || !d_w || !d_out)
+		return ERR_INVAL;
+	rmsnorm_kernel<<<(unsigned)n_rows, norm_threads(hidden), 0, (cudaStream_t)stream>>>(
+		d_x, d_add, NULL, d_w, hidden, eps, d_out, out_dt);
+	return kcu_launched("k_add_rmsnorm");
+}
+
+extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_rows, int n_out,
+			      const float *d_w, int hidden, float eps, void *d_out,
+			      enum dtype out_dt)
+{
+	if (n_out < 0 || hidden <= 0 || !(eps >= 0.0f))
+		return ERR_INVAL;
+	int rc = check_dt(out_dt);
+	if (rc)
+		return rc;
+	if (n_out == 0)
+		return 0;
+	if (!d_x || !d_rows || !d_w || !d_out)
+		return ERR_INVAL;
+	// Without add the kernel never writes x: the cast only shares the kernel.
+	rmsnorm_kernel<<<(unsigned)n_out, norm_threads(hidden), 0, (cudaStream_t)stream>>>(
+		(float *)d_x, NULL, d_rows, d_w, hidden, eps, d_out, out_dt);
+	return kcu_launched("k_rmsnorm_rows");
+}
+
+// ---- Q/K/V: bias, q/k norm, RoPE, paged KV store -----------------------------
+
+#define QKV_WARPS     8	  // heads per CTA, one warp each
+#define ROPE_MAX_HALF 512 // head_dim <= 1024
+
+// 2*pi split in two doubles (Cody–Waite): HI is the double nearest 2*pi, LO
+// the rest, so k*2*pi is subtracted with ~2^-100 relative error.
+#define TWO_PI_HI     6.283185307179586232
+#define TWO_PI_LO     2.449293598294706414e-16
+#define INV_TWO_PI    0.15915494309189533577
+
+// Grid (n_rows, ceil(heads / QKV_WARPS)), QKV_WARPS warps. Head hh of a row
+// covers columns [hh*hd, (hh+1)*hd): q heads, then k heads, then v heads.
+// Angles: pos * inv_freq in double (as kops_rope_angles; the product is the
+// same double as on the CPU), reduced to [-pi, pi] in double, then sincosf in
+// F32 — within ~2e-7 of the CPU's (float)cos(double) even at pos 1e5+, where
+// an F32 product would already be off by ~4e-3 rad. Each lane owns rotation
+// pairs (i, i+half) or (2i, 2i+1), so norm, rotation and store need no
+// shared memory beyond the row's cos/sin table.
+__global__ void __launch_bounds__(QKV_WARPS * 32) qkv_rope_store_kernel(struct k_qkv_args a)
+{
+	__shared__ float sh_cos[ROPE_MAX_HALF], sh_sin[ROPE_MAX_HALF];
+	const int hd = a.head_dim, half = hd / 2;
+	const int nq = a.n_heads, nkv = a.n_kv_heads;
+	const size_t r = blockIdx.x;
+	const double pos = (double)a.positions[r];
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
+		double ang = pos * (double)a.inv_freq[i];
+		double k = rint(ang * INV_TWO_PI);
+		double red = fma(-k, TWO_PI_LO, fma(-k, TWO_PI_HI, ang));
+		float s, c;
+		sincosf((float)red, &s, &c);
+		sh_cos[i] = c;
+		sh_sin[i] = s;
+	}
+	__syncthreads(); // the only barrier: warps may leave after it
+
+	const int lane = threadIdx.x & 31;
+	const int hh = blockIdx.y * QKV_WARPS + (threadIdx.x >> 5);
+	if (hh >= nq + 2 * nkv)
+		return;
+	const int kind = hh < nq ? 0 : hh < nq + nkv ? 1 : 2; // q, k, v
+	const int32_t slot = a.slots[r];
+	if (kind != 0 && slot < 0)
+		return; // padding row: q only, the pools stay untouched
+	const size_t col = (size_t)hh * hd;
+	const float *x = a.qkv + r * ((size_t)(nq + 2 * nkv) * hd) + col;
+	const float *bias = a.bias ? a.bias + col : NULL;
+	const float *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : NULL;
+
+	float inv = 1.0f;
+	if (nw) {
+		float ss = 0.0f;
+		for (int i = lane; i < hd; i += 32) {
+			float v = x[i];
+			if (bias)
+				v += bias[i];
+			ss += v * v;
+		}
+		ss = kcu_warp_sum(ss); // all 32 lanes: the loop above has no exit
+		inv = 1.0f / sqrtf(ss / (float)hd + a.eps);
+	}
+
+	float *qo = NULL;
+	void *cache = NULL;
+	size_t kvo = 0;
+	if (kind == 0) {
+		qo = a.q + r * ((size_t)nq * hd) + col;
+	} else {
+		const int h = kind == 1 ? hh - nq : hh - nq - nkv;
+		const size_t blk = (size_t)(slot / a.block_size), j = (size_t)(slot % a.block_size);
+		kvo = ((blk * nkv + h) * a.block_size + j) * hd; // kops_kv_offset
+		cache = kind == 1 ? a.k_cache : a.v_cache;
+	}
+	const bool neox = a.rope_style == 0;
+	for (int i = lane; i < half; i += 32) {
+		const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+		float v0 = x[i0], v1 = x[i1];
+		if (bias) {
+			v0 += bias[i0];
+			v1 += bias[i1];
+		}
+		if (nw) {
+			v0 = v0 * inv * nw[i0];
+			v1 = v1 * inv * nw[i1];
+		}
+		if (kind != 2) {
+			const float c = sh_cos[i], s = sh_sin[i];
+			const float t0 = v0 * c - v1 * s;
+			const float t1 = v1 * c + v0 * s;
+			v0 = t0;
+			v1 = t1;
+		}
+		if (qo) {
+			qo[i0] = v0;
+			qo[i1] = v1;
+		} else {
+			kcu_store(cache, a.kv_dt, kvo + (size_t)i0, v0);
+			kcu_store(cache, a.kv_dt, kvo + (size_t)i1, v1);
+		}
+	}
+}
+
+extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
+{
+	if (!a || a->n_rows < 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 || a->head_dim <= 0 ||
+	    (a->head_dim & 1) || a->block_size <= 0 || (a->rope_style != 0 && a->rope_style != 1))
+		return ERR_INVAL;
+	if (!a->q_norm != !a->k_norm || (a->q_norm && !(a->eps >= 0.0f)))
+		return ERR_INVAL;
+	int rc = check_dt(a->kv_dt);
+	if (rc)
+		return rc;
+	const long long heads = (long long)a->n_heads + 2LL * a->n_kv_heads;
+	if (heads * a->head_dim > INT_MAX)
+		return ERR_INVAL;
+	const long long groups = (heads + QKV_WARPS - 1) / QKV_WARPS;
+	if (a->head_dim / 2 > ROPE_MAX_HALF || groups > 65535)
+		return ERR_UNSUPPORTED;
+	if (a->n_rows == 0)
+		return 0;
+	if (!a->qkv || !a->inv_freq || !a->positions || !a->slots || !a->q || !a->k_cache ||
+	    !a->v_cache)
+		return ERR_INVAL;
+	dim3 grid((unsigned)a->n_rows, (unsigned)groups);
+	qkv_rope_store_kernel<<<grid, QKV_WARPS * 32, 0, (cudaStream_t)stream>>>(*a);
+	return kcu_launched("k_qkv_rope_store");
+}
+
+// ---- SiLU·mul ------------------------------------------------------------------
+
+#define SILU_THREADS 256
+
+__device__ __forceinline__ float silu_mul1(float g, float u)
+{
+	return g / (1.0f + expf(-g)) * u; // as kops_silu_mul_ref
+}
+
+// Grid (n_rows, ceil(ffn / (4 * SILU_THREADS))): each thread 4 consecutive
+// columns of one row, float4 when the row's pointers allow it.
+__global__ void silu_mul_kernel(const float *gu, int ffn, void *out, enum dtype out_dt)
+{
+	const size_t r = blockIdx.x;
+	const float *g = gu + r * 2 * (size_t)ffn, *u = g + ffn;
+	const size_t ob = r * (size_t)ffn;
+	const int i = 4 * (blockIdx.y * SILU_THREADS + threadIdx.x);
+	if (i >= ffn)
+		return;
+	const size_t osz = dt_size(out_dt);
+	if (i + 4 <= ffn && aligned(g + i, 16) && aligned(u + i, 16) &&
+	    aligned((const char *)out + (ob + i) * osz, 4 * osz)) {
+		float4 a = *(const float4 *)(g + i), b = *(const float4 *)(u + i);
+		float4 o = make_float4(silu_mul1(a.x, b.x), silu_mul1(a.y, b.y), silu_mul1(a.z, b.z),
+				       silu_mul1(a.w, b.w));
+		store4(out, out_dt, ob + i, o);
+		return;
+	}
+	for (int k = i; k < i + 4 && k < ffn; k++)
+		kcu_store(out, out_dt, ob + k, silu_mul1(g[k], u[k]));
+}
+
+extern "C" int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, void *d_out,
+			  enum dtype out_dt)
+{
+	if (n_rows < 0 || ffn <= 0)
+		return ERR_INVAL;
+	int rc = check_dt(out_dt);
+	if (rc)
+		return rc;
+	const long long chunks = ((long long)ffn + 4 * SILU_THREADS - 1) / (4 * SILU_THREADS);
+	if (chunks > 65535)
+		return ERR_UNSUPPORTED;
+	if (n_rows == 0)
+		return 0;
+	if (!d_gu || !d_out)
+		return ERR_INVAL;
+	dim3 grid((unsigned)n_rows, (unsigned)chunks);
+	silu_mul_kernel<<<grid, SILU_THREADS, 0, (cudaStream_t)stream>>>(d_gu, ffn, d_out, out_dt);
+	return kcu_launched("k_silu_mul");
+}
+
+// ---- argmax ------------------------------------------------------------------
+
+#define ARGMAX_THREADS 512
+
+// (v, i) is better than (bv, bi): larger value, then lower index. NaN is never
+// taken (both comparisons are false), so bv is never NaN.
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i)
+{
+	if (v > bv || (v == bv && i < bi)) {
+		bv = v;
+		bi = i;
+	}
+}
+
+// One CTA per row. The result is the lowest index of the largest non-NaN
+// value; 0 when the row has none (all NaN). Same as kops_argmax whenever
+// x[0] is not NaN.
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+	argmax_kernel(const float *logits, int vocab, int32_t *out)
+{
+	__shared__ float sv[32];
+	__shared__ int si[32];
+	const float *x = logits + (size_t)blockIdx.x * (size_t)vocab;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int nv = aligned(x, 16) ? vocab / 4 : 0;
+	float bv = -INFINITY;
+	int bi = INT_MAX;
+	for (int j = tid; j < nv; j += ARGMAX_THREADS) {
+		float4 v = ((const float4 *)x)[j];
+		am_take(bv, bi, v.x, 4 * j);
+		am_take(bv, bi, v.y, 4 * j + 1);
+		am_take(bv, bi, v.z, 4 * j + 2);
+		am_take(bv, bi, v.w, 4 * j + 3);
+	}
+	for (int i = 4 * nv + tid; i < vocab; i += ARGMAX_THREADS)
+		am_take(bv, bi, x[i], i);
+	for (int o = 16; o > 0; o >>= 1) {
+		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+		am_take(bv, bi, ov, oi);
+	}
+	if (lane == 0) {
+		sv[warp] = bv;
+		si[warp] = bi;
+	}
+	__syncthreads();
+	if (warp == 0) {
+		bv = lane < ARGMAX_THREADS / 32 ? sv[lane] : -INFINITY;
+		bi = lane < ARGMAX_THREADS / 32 ? si[lane] : INT_MAX;
+		for (int o = 16; o > 0; o >>= 1) {
+			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+			am_take(bv, bi, ov, oi);
+		}
+		if (lane == 0)
+			out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+	}
+}
+
+extern "C" int k_argmax(void *stream, const float *d_logits, int n_rows, int vocab,
+			int32_t *d_out)
+{
+	if (n_rows < 0 || vocab <= 0)
+		return ERR_INVAL;
+	if (n_rows == 0)
+		return 0;
+	if (!d_logits || !d_out)
+		return ERR_INVAL;
+	argmax_kernel<<<(unsigned)n_rows, ARGMAX_THREADS, 0, (cudaStream_t)stream>>>(d_logits,
+										     vocab, d_out);
+	return kcu_launched("k_argmax");
+}
+
+// ---- cast --------------------------------------------------------------------
+
+__global__ void cast_f32_kernel(const float *in, size_t n, void *out, enum dtype dt)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		kcu_store(out, dt, i, in[i]);
+}
+
+extern "C" int k_cast_f32(void *stream, const float *d_in, size_t n, void *d_out,
+			  enum dtype out_dt)
+{
+	int rc = check_dt(out_dt);
+	if (rc)
+		return rc;
+	if (n == 0)
+		return 0;
+	if (!d_in || !d_out)
+		return ERR_INVAL;
+	const int threads = 256;
+	size_t blocks = (n + threads - 1) / threads;
+	if (blocks > 65535)
+		blocks = 65535; // grid-stride loop covers the rest
+	cast_f32_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(d_in, n, d_out,
+										out_dt);
+	return kcu_launched("k_cast_f32");
+}

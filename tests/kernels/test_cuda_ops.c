@@ -1,0 +1,722 @@
+/* tests/kernels/test_cuda_ops.c — the launchers of kernels/cuda/kcuda_ops.h
+ * against the CPU references (kernels/cpu/ops_ref.c, and engine/forward.c's
+ * job_qkv_post order for the Q/K/V step) on the same random inputs.
+ *
+ * embed (F32/F16/BF16 tables); add_rmsnorm with and without the residual
+ * add, hidden 64..5120 including odd sizes (scalar rows and float4 rows with
+ * tails), 1/7/300 rows, F32/F16/BF16 out; rmsnorm_rows on a scattered row
+ * list; qkv_rope_store over head_dim 64/96/128, GQA 32/8, 8/8, 12/2, both
+ * RoPE styles, with/without bias and q/k norm, positions 0, 15, 16, 4095,
+ * 100000 and random, F32/F16/BF16 pools, block sizes 16/32, scattered slots
+ * and negative slots (the pools are filled with a sentinel and compared
+ * whole); silu_mul; argmax with ties, -inf, NaN, +inf; cast; argument errors
+ * (checked before the GPU test, so they run without a GPU too). Exit 77
+ * without a GPU.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_ops.h"
+#include "tests/kernels/kcheck.h"
+
+static const enum dtype dts[3] = {DT_F32, DT_F16, DT_BF16};
+
+static void *xmalloc(size_t bytes)
+{
+	void *p = malloc(bytes ? bytes : 1);
+	if (!p)
+		kc_fail("out of memory (%zu bytes)", bytes);
+	return p;
+}
+
+static size_t esize(enum dtype dt)
+{
+	return dt == DT_F32 ? 4 : 2;
+}
+
+/* Relative size of one unit in the last place of a 16-bit result (at most
+ * 2^-10 of |x| for F16 normals, 2^-7 for BF16): an F32 result within 1e-6
+ * of the CPU's may round to the neighbouring 16-bit value, never further. */
+static float ulp_rel(enum dtype dt)
+{
+	return dt == DT_F16 ? 1.0f / 1024 : dt == DT_BF16 ? 1.0f / 128 : 0.0f;
+}
+
+/* Download n values of dt and unpack them to floats (malloc'ed). */
+static float *fetch(const void *d, size_t n, enum dtype dt)
+{
+	void *raw = xmalloc(n * esize(dt));
+	float *out = xmalloc(n * sizeof(float));
+	kc_download(raw, d, n * esize(dt));
+	kc_unpack(raw, n, dt, out);
+	free(raw);
+	return out;
+}
+
+/* ---- argument errors (no GPU needed: launchers check before any CUDA call) -- */
+
+static void expect_rc(const char *what, int got, int want)
+{
+	if (got != want)
+		kc_fail("%s: returned %d, expected %d", what, got, want);
+}
+
+static void check_args(void)
+{
+	/* Host pointers stand in for device ones: nothing is launched. */
+	float f[8] = {0};
+	int32_t t[8] = {0};
+	char out[64];
+
+	expect_rc("embed hidden 0", k_embed(NULL, f, DT_F32, 0, t, 1, f), ERR_INVAL);
+	expect_rc("embed rows -1", k_embed(NULL, f, DT_F32, 4, t, -1, f), ERR_INVAL);
+	expect_rc("embed NULL table", k_embed(NULL, NULL, DT_F32, 4, t, 1, f), ERR_INVAL);
+	expect_rc("embed NULL x", k_embed(NULL, f, DT_F16, 4, t, 1, NULL), ERR_INVAL);
+	expect_rc("embed q8_0", k_embed(NULL, f, DT_Q8_0, 4, t, 1, f), ERR_UNSUPPORTED);
+	expect_rc("embed dt 99", k_embed(NULL, f, (enum dtype)99, 4, t, 1, f), ERR_INVAL);
+	expect_rc("embed 0 rows", k_embed(NULL, f, DT_F32, 4, t, 0, f), 0);
+
+	expect_rc("add_rmsnorm NULL x", k_add_rmsnorm(NULL, NULL, f, f, 1, 4, 1e-6f, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm NULL w", k_add_rmsnorm(NULL, f, f, NULL, 1, 4, 1e-6f, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm NULL out", k_add_rmsnorm(NULL, f, f, f, 1, 4, 1e-6f, NULL, DT_F16),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm hidden -1", k_add_rmsnorm(NULL, f, f, f, 1, -1, 1e-6f, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm rows -1", k_add_rmsnorm(NULL, f, f, f, -1, 4, 1e-6f, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm eps -1", k_add_rmsnorm(NULL, f, f, f, 1, 4, -1.0f, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm eps NaN", k_add_rmsnorm(NULL, f, f, f, 1, 4, NAN, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("add_rmsnorm i32 out", k_add_rmsnorm(NULL, f, f, f, 1, 4, 1e-6f, out, DT_I32),
+		  ERR_UNSUPPORTED);
+
+	expect_rc("rmsnorm_rows NULL rows",
+		  k_rmsnorm_rows(NULL, f, NULL, 1, f, 4, 1e-6f, out, DT_BF16), ERR_INVAL);
+	expect_rc("rmsnorm_rows n_out -1", k_rmsnorm_rows(NULL, f, t, -1, f, 4, 1e-6f, out, DT_F32),
+		  ERR_INVAL);
+	expect_rc("rmsnorm_rows f8 out",
+		  k_rmsnorm_rows(NULL, f, t, 1, f, 4, 1e-6f, out, DT_F8_E4M3), ERR_UNSUPPORTED);
+
+	const struct k_qkv_args good = {
+		.qkv = f, .inv_freq = f, .positions = t, .slots = t, .n_rows = 1, .n_heads = 2,
+		.n_kv_heads = 1, .head_dim = 4, .block_size = 16, .q = f, .k_cache = out,
+		.v_cache = out, .kv_dt = DT_F16, .eps = 1e-6f,
+	};
+	struct k_qkv_args a;
+	expect_rc("qkv NULL args", k_qkv_rope_store(NULL, NULL), ERR_INVAL);
+	a = good, a.head_dim = 5;
+	expect_rc("qkv odd head_dim", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.head_dim = 0;
+	expect_rc("qkv head_dim 0", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.head_dim = 2048;
+	expect_rc("qkv head_dim 2048", k_qkv_rope_store(NULL, &a), ERR_UNSUPPORTED);
+	a = good, a.n_kv_heads = 0;
+	expect_rc("qkv 0 kv heads", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.n_rows = -1;
+	expect_rc("qkv rows -1", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.block_size = 0;
+	expect_rc("qkv block_size 0", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.rope_style = 2;
+	expect_rc("qkv rope_style 2", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.q_norm = f;
+	expect_rc("qkv q_norm without k_norm", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.q_norm = f, a.k_norm = f, a.eps = -1.0f;
+	expect_rc("qkv eps -1", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.k_cache = NULL;
+	expect_rc("qkv NULL k_cache", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.slots = NULL;
+	expect_rc("qkv NULL slots", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.kv_dt = DT_Q8_0;
+	expect_rc("qkv q8_0 pool", k_qkv_rope_store(NULL, &a), ERR_UNSUPPORTED);
+	a = good, a.n_heads = 1 << 20, a.head_dim = 4096;
+	expect_rc("qkv row too wide", k_qkv_rope_store(NULL, &a), ERR_INVAL);
+	a = good, a.n_rows = 0;
+	expect_rc("qkv 0 rows", k_qkv_rope_store(NULL, &a), 0);
+
+	expect_rc("silu ffn 0", k_silu_mul(NULL, f, 1, 0, out, DT_F32), ERR_INVAL);
+	expect_rc("silu NULL out", k_silu_mul(NULL, f, 1, 4, NULL, DT_F32), ERR_INVAL);
+	expect_rc("silu NULL in", k_silu_mul(NULL, NULL, 1, 4, out, DT_F32), ERR_INVAL);
+	expect_rc("silu rows -1", k_silu_mul(NULL, f, -1, 4, out, DT_F32), ERR_INVAL);
+	expect_rc("silu i8 out", k_silu_mul(NULL, f, 1, 4, out, DT_I8), ERR_UNSUPPORTED);
+
+	expect_rc("argmax vocab 0", k_argmax(NULL, f, 1, 0, t), ERR_INVAL);
+	expect_rc("argmax rows -1", k_argmax(NULL, f, -1, 4, t), ERR_INVAL);
+	expect_rc("argmax NULL out", k_argmax(NULL, f, 1, 4, NULL), ERR_INVAL);
+	expect_rc("argmax NULL logits", k_argmax(NULL, NULL, 1, 4, t), ERR_INVAL);
+
+	expect_rc("cast NULL in", k_cast_f32(NULL, NULL, 4, out, DT_F16), ERR_INVAL);
+	expect_rc("cast NULL out", k_cast_f32(NULL, f, 4, NULL, DT_F16), ERR_INVAL);
+	expect_rc("cast q8_0", k_cast_f32(NULL, f, 4, out, DT_Q8_0), ERR_UNSUPPORTED);
+	expect_rc("cast n 0", k_cast_f32(NULL, f, 0, out, DT_F16), 0);
+	printf("ok argument errors\n");
+}
+
+/* ---- embed ---------------------------------------------------------------- */
+
+static void test_embed(struct kc_rng *rng)
+{
+	const int vocab = 1000, hidden = 1001, rows = 37;
+	float *table = xmalloc((size_t)vocab * hidden * sizeof(float));
+	int32_t tok[37];
+	for (int r = 0; r < rows; r++)
+		tok[r] = r == 0 ? 0 : r == 1 ? vocab - 1 : (int32_t)kc_below(rng, vocab);
+	float *ref = xmalloc((size_t)rows * hidden * sizeof(float));
+	for (int d = 0; d < 3; d++) {
+		kc_fill(rng, table, (size_t)vocab * hidden, -2.0f, 2.0f);
+		kc_round(table, (size_t)vocab * hidden, dts[d]);
+		void *packed = kc_pack(table, (size_t)vocab * hidden, dts[d]);
+		void *d_table = kc_upload(packed, (size_t)vocab * hidden * esize(dts[d]));
+		int32_t *d_tok = kc_upload(tok, sizeof tok);
+		float *d_x = kc_dev_alloc((size_t)rows * hidden * sizeof(float));
+		kc_ok(k_embed(NULL, d_table, dts[d], hidden, d_tok, rows, d_x), "k_embed");
+		kc_sync("k_embed");
+		for (int r = 0; r < rows; r++)
+			memcpy(ref + (size_t)r * hidden, table + (size_t)tok[r] * hidden,
+			       hidden * sizeof(float));
+		float *got = fetch(d_x, (size_t)rows * hidden, DT_F32);
+		char what[64];
+		snprintf(what, sizeof what, "embed %s", dtype_name(dts[d]));
+		kc_compare(what, got, ref, (size_t)rows * hidden, 0.0f, 0.0f); /* exact */
+		free(got);
+		free(packed);
+		kc_dev_free(d_table);
+		kc_dev_free(d_tok);
+		kc_dev_free(d_x);
+	}
+	free(table);
+	free(ref);
+}
+
+/* ---- RMSNorm -------------------------------------------------------------- */
+
+/* The GPU sums squares in F32 (per-thread runs, then a tree), the CPU in
+ * double: the relative error of inv_rms is ~1e-6 at hidden 5120, so F32
+ * outputs get rtol 1e-5 and 16-bit outputs one unit in the last place more.
+ * A wrong element, weight, row or a missing add is off by O(1). */
+static const float norm_atol = 1e-6f, norm_rtol = 1e-5f;
+
+static void run_add_rmsnorm(struct kc_rng *rng, int hidden, int rows, int use_add, enum dtype dt)
+{
+	const float eps = 1e-5f;
+	const size_t n = (size_t)rows * hidden;
+	float *x = xmalloc(n * sizeof(float)), *add = xmalloc(n * sizeof(float));
+	float *w = xmalloc(hidden * sizeof(float)), *ref = xmalloc(n * sizeof(float));
+	kc_fill(rng, x, n, -3.0f, 3.0f);
+	kc_fill(rng, add, n, -1.0f, 1.0f);
+	kc_fill(rng, w, hidden, 0.5f, 1.5f);
+	if (rows > 3) { /* an all-zero row: only eps keeps it finite (output 0) */
+		memset(x + 3 * (size_t)hidden, 0, hidden * sizeof(float));
+		memset(add + 3 * (size_t)hidden, 0, hidden * sizeof(float));
+	}
+	float *d_x = kc_upload(x, n * sizeof(float));
+	float *d_add = kc_upload(add, n * sizeof(float));
+	float *d_w = kc_upload(w, hidden * sizeof(float));
+	void *d_out = kc_dev_alloc(n * esize(dt));
+	kc_ok(k_add_rmsnorm(NULL, d_x, use_add ? d_add : NULL, d_w, rows, hidden, eps, d_out, dt),
+	      "k_add_rmsnorm");
+	kc_sync("k_add_rmsnorm");
+	for (size_t r = 0; r < (size_t)rows; r++) {
+		if (use_add)
+			kops_add_ref(x + r * hidden, add + r * hidden, hidden);
+		kops_rmsnorm_ref(ref + r * hidden, x + r * hidden, w, hidden, eps);
+	}
+	kc_round(ref, n, dt);
+	char what[96];
+	float *gx = fetch(d_x, n, DT_F32);
+	snprintf(what, sizeof what, "add_rmsnorm x h%d r%d add%d", hidden, rows, use_add);
+	kc_compare(what, gx, x, n, 0.0f, 0.0f); /* x + add is one F32 add: exact */
+	float *got = fetch(d_out, n, dt);
+	snprintf(what, sizeof what, "add_rmsnorm out h%d r%d add%d %s", hidden, rows, use_add,
+		 dtype_name(dt));
+	kc_compare(what, got, ref, n, norm_atol, norm_rtol + ulp_rel(dt));
+	free(gx);
+	free(got);
+	free(x);
+	free(add);
+	free(w);
+	free(ref);
+	kc_dev_free(d_x);
+	kc_dev_free(d_add);
+	kc_dev_free(d_w);
+	kc_dev_free(d_out);
+}
+
+/* Odd hiddens give rows of both alignments: scalar rows, and float4 rows
+ * with a scalar tail. */
+static void test_add_rmsnorm(struct kc_rng *rng)
+{
+	static const int hiddens[] = {64, 67, 1000, 1001, 4096, 5120};
+	static const int rowss[] = {1, 7, 300};
+	for (size_t hi = 0; hi < sizeof hiddens / sizeof *hiddens; hi++)
+		for (int ri = 0; ri < 3; ri++)
+			for (int use_add = 0; use_add < 2; use_add++)
+				for (int d = 0; d < 3; d++)
+					run_add_rmsnorm(rng, hiddens[hi], rowss[ri], use_add, dts[d]);
+}
+
+static void test_rmsnorm_rows(struct kc_rng *rng)
+{
+	static const int hiddens[] = {64, 1001, 4096, 5120};
+	const int n_x = 300, n_out = 41;
+	const float eps = 1e-6f;
+	for (size_t hi = 0; hi < sizeof hiddens / sizeof *hiddens; hi++)
+		for (int d = 0; d < 3; d++) {
+			const int hidden = hiddens[hi];
+			const enum dtype dt = dts[d];
+			float *x = xmalloc((size_t)n_x * hidden * sizeof(float));
+			float *w = xmalloc(hidden * sizeof(float));
+			float *ref = xmalloc((size_t)n_out * hidden * sizeof(float));
+			int32_t rows[41];
+			kc_fill(rng, x, (size_t)n_x * hidden, -2.0f, 2.0f);
+			kc_fill(rng, w, hidden, 0.5f, 1.5f);
+			for (int i = 0; i < n_out; i++) /* scattered, last row, repeats */
+				rows[i] = i == 0   ? n_x - 1
+					  : i == 1 ? 0
+					  : i == 2 ? rows[0]
+						   : (int32_t)kc_below(rng, n_x);
+			float *d_x = kc_upload(x, (size_t)n_x * hidden * sizeof(float));
+			float *d_w = kc_upload(w, hidden * sizeof(float));
+			int32_t *d_rows = kc_upload(rows, sizeof rows);
+			void *d_out = kc_dev_alloc((size_t)n_out * hidden * esize(dt));
+			kc_ok(k_rmsnorm_rows(NULL, d_x, d_rows, n_out, d_w, hidden, eps, d_out, dt),
+			      "k_rmsnorm_rows");
+			kc_sync("k_rmsnorm_rows");
+			for (int i = 0; i < n_out; i++)
+				kops_rmsnorm_ref(ref + (size_t)i * hidden, x + (size_t)rows[i] * hidden,
+						 w, hidden, eps);
+			kc_round(ref, (size_t)n_out * hidden, dt);
+			float *got = fetch(d_out, (size_t)n_out * hidden, dt);
+			float *gx = fetch(d_x, (size_t)n_x * hidden, DT_F32);
+			char what[96];
+			snprintf(what, sizeof what, "rmsnorm_rows h%d %s", hidden, dtype_name(dt));
+			kc_compare(what, got, ref, (size_t)n_out * hidden, norm_atol,
+				   norm_rtol + ulp_rel(dt));
+			snprintf(what, sizeof what, "rmsnorm_rows x untouched h%d", hidden);
+			kc_compare(what, gx, x, (size_t)n_x * hidden, 0.0f, 0.0f);
+			free(got);
+			free(gx);
+			free(x);
+			free(w);
+			free(ref);
+			kc_dev_free(d_x);
+			kc_dev_free(d_w);
+			kc_dev_free(d_rows);
+			kc_dev_free(d_out);
+		}
+}
+
+/* ---- Q/K/V: bias, q/k norm, RoPE, paged KV store --------------------------- */
+
+/* Tolerance of q and the pools (values up to ~3 after bias and norm): the
+ * GPU's cos/sin come from an F32 angle reduced in double, within ~2.1e-7 of
+ * the CPU's (float)cos(double); a rotated value |a c - b s| then differs by
+ * <= (|a| + |b|) * 4.5e-7 <= ~3e-6 with the F32 products' rounding; the
+ * norm's F32 sum of squares adds ~1e-6 relative. atol 8e-6, rtol 1e-5 (plus
+ * one 16-bit ulp for the pools). An F32 angle product is off by 2.4e-4 rad at
+ * position 4095 and 4e-3 at 100000; a swapped pair, a wrong head, slot or
+ * block offset is off by O(1). */
+static const float qkv_atol = 8e-6f, qkv_rtol = 1e-5f;
+static const uint8_t sentinel_byte = 0x5A; /* F32 1.5e16, F16 203.25, BF16 1.5e16 */
+
+struct qkv_case {
+	int head_dim, n_heads, n_kv_heads, style, bias, norm, block_size, n_rows;
+	enum dtype kv_dt;
+};
+
+static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
+{
+	static const int32_t special_pos[] = {0, 15, 16, 4095, 100000};
+	const int hd = c->head_dim, half = hd / 2, rows = c->n_rows;
+	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+	const int width = q_dim + 2 * kv_dim;
+	const int bs = c->block_size;
+	const int n_blocks = 2 * ((rows + bs - 1) / bs) + 1;
+	const size_t pool_n = (size_t)n_blocks * c->n_kv_heads * bs * hd;
+	const enum dtype kt = c->kv_dt;
+
+	float *qkv = xmalloc((size_t)rows * width * sizeof(float));
+	float *bias = xmalloc(width * sizeof(float));
+	float *qn = xmalloc(hd * sizeof(float)), *kn = xmalloc(hd * sizeof(float));
+	float *inv_freq = xmalloc(half * sizeof(float));
+	int32_t *pos = xmalloc(rows * sizeof(int32_t)), *slots = xmalloc(rows * sizeof(int32_t));
+	kc_fill(rng, qkv, (size_t)rows * width, -2.0f, 2.0f);
+	kc_fill(rng, bias, width, -0.5f, 0.5f);
+	kc_fill(rng, qn, hd, 0.5f, 1.5f);
+	kc_fill(rng, kn, hd, 0.5f, 1.5f);
+	for (int i = 0; i < half; i++)
+		inv_freq[i] = (float)pow(10000.0, -2.0 * i / hd);
+	for (int r = 0; r < rows; r++)
+		pos[r] = r < 5 ? special_pos[r] : (int32_t)kc_below(rng, 131072);
+	/* Distinct slots drawn from a shuffled pool of twice the rows (scattered
+	 * over blocks); every fifth row from the fourth is padding (slot -1). */
+	const int n_slots = n_blocks * bs;
+	int32_t *perm = xmalloc(n_slots * sizeof(int32_t));
+	for (int i = 0; i < n_slots; i++)
+		perm[i] = i;
+	for (int i = n_slots - 1; i > 0; i--) {
+		int j = (int)kc_below(rng, (uint32_t)i + 1);
+		int32_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	for (int r = 0; r < rows; r++)
+		slots[r] = r % 5 == 3 ? -1 : perm[r];
+
+	/* Reference, in job_qkv_post's order. */
+	float *q_ref = xmalloc((size_t)rows * q_dim * sizeof(float));
+	float *k_pool = xmalloc(pool_n * sizeof(float)), *v_pool = xmalloc(pool_n * sizeof(float));
+	uint8_t *sent = xmalloc(pool_n * esize(kt));
+	memset(sent, sentinel_byte, pool_n * esize(kt));
+	kc_unpack(sent, pool_n, kt, k_pool);
+	kc_unpack(sent, pool_n, kt, v_pool);
+	float *row = xmalloc(width * sizeof(float));
+	float *cos_t = xmalloc(half * sizeof(float)), *sin_t = xmalloc(half * sizeof(float));
+	for (int r = 0; r < rows; r++) {
+		memcpy(row, qkv + (size_t)r * width, width * sizeof(float));
+		float *q = row, *k = row + q_dim, *v = row + q_dim + kv_dim;
+		if (c->bias)
+			kops_add_ref(row, bias, width);
+		if (c->norm) {
+			for (int h = 0; h < c->n_heads; h++)
+				kops_rmsnorm_ref(q + h * hd, q + h * hd, qn, hd, 1e-6f);
+			for (int h = 0; h < c->n_kv_heads; h++)
+				kops_rmsnorm_ref(k + h * hd, k + h * hd, kn, hd, 1e-6f);
+		}
+		kops_rope_angles(pos[r], inv_freq, half, cos_t, sin_t);
+		kops_rope_ref(q, c->n_heads, hd, cos_t, sin_t, (enum kops_rope_style)c->style);
+		kops_rope_ref(k, c->n_kv_heads, hd, cos_t, sin_t, (enum kops_rope_style)c->style);
+		memcpy(q_ref + (size_t)r * q_dim, q, q_dim * sizeof(float));
+		if (slots[r] < 0)
+			continue;
+		kc_round(k, kv_dim, kt);
+		kc_round(v, kv_dim, kt);
+		for (int h = 0; h < c->n_kv_heads; h++) {
+			long off = kops_kv_offset(slots[r] / bs, slots[r] % bs, h, c->n_kv_heads, bs, hd);
+			memcpy(k_pool + off, k + h * hd, hd * sizeof(float));
+			memcpy(v_pool + off, v + h * hd, hd * sizeof(float));
+		}
+	}
+
+	float *d_qkv = kc_upload(qkv, (size_t)rows * width * sizeof(float));
+	float *d_bias = kc_upload(bias, width * sizeof(float));
+	float *d_qn = kc_upload(qn, hd * sizeof(float)), *d_kn = kc_upload(kn, hd * sizeof(float));
+	float *d_inv = kc_upload(inv_freq, half * sizeof(float));
+	int32_t *d_pos = kc_upload(pos, rows * sizeof(int32_t));
+	int32_t *d_slots = kc_upload(slots, rows * sizeof(int32_t));
+	float *d_q = kc_dev_alloc((size_t)rows * q_dim * sizeof(float));
+	void *d_k = kc_upload(sent, pool_n * esize(kt)), *d_v = kc_upload(sent, pool_n * esize(kt));
+	struct k_qkv_args a = {
+		.qkv = d_qkv,
+		.bias = c->bias ? d_bias : NULL,
+		.q_norm = c->norm ? d_qn : NULL,
+		.k_norm = c->norm ? d_kn : NULL,
+		.eps = 1e-6f,
+		.inv_freq = d_inv,
+		.rope_style = c->style,
+		.positions = d_pos,
+		.slots = d_slots,
+		.n_rows = rows,
+		.n_heads = c->n_heads,
+		.n_kv_heads = c->n_kv_heads,
+		.head_dim = hd,
+		.block_size = bs,
+		.q = d_q,
+		.k_cache = d_k,
+		.v_cache = d_v,
+		.kv_dt = kt,
+	};
+	kc_ok(k_qkv_rope_store(NULL, &a), "k_qkv_rope_store");
+	kc_sync("k_qkv_rope_store");
+
+	char tag[96], what[128];
+	snprintf(tag, sizeof tag, "hd%d %d/%d %s%s%s %s bs%d r%d", hd, c->n_heads, c->n_kv_heads,
+		 c->style ? "norm" : "neox", c->bias ? " bias" : "", c->norm ? " qknorm" : "",
+		 dtype_name(kt), bs, rows);
+	float *got = fetch(d_q, (size_t)rows * q_dim, DT_F32);
+	snprintf(what, sizeof what, "qkv q %s", tag);
+	kc_compare(what, got, q_ref, (size_t)rows * q_dim, qkv_atol, qkv_rtol);
+	free(got);
+	got = fetch(d_k, pool_n, kt);
+	snprintf(what, sizeof what, "qkv k pool %s", tag);
+	kc_compare(what, got, k_pool, pool_n, qkv_atol, qkv_rtol + ulp_rel(kt));
+	free(got);
+	got = fetch(d_v, pool_n, kt);
+	snprintf(what, sizeof what, "qkv v pool %s", tag);
+	kc_compare(what, got, v_pool, pool_n, qkv_atol, qkv_rtol + ulp_rel(kt));
+	free(got);
+
+	kc_dev_free(d_qkv);
+	kc_dev_free(d_bias);
+	kc_dev_free(d_qn);
+	kc_dev_free(d_kn);
+	kc_dev_free(d_inv);
+	kc_dev_free(d_pos);
+	kc_dev_free(d_slots);
+	kc_dev_free(d_q);
+	kc_dev_free(d_k);
+	kc_dev_free(d_v);
+	free(qkv);
+	free(bias);
+	free(qn);
+	free(kn);
+	free(inv_freq);
+	free(pos);
+	free(slots);
+	free(perm);
+	free(q_ref);
+	free(k_pool);
+	free(v_pool);
+	free(sent);
+	free(row);
+	free(cos_t);
+	free(sin_t);
+}
+
+static void test_qkv(struct kc_rng *rng)
+{
+	static const int hds[] = {64, 96, 128};
+	static const int heads[][2] = {{32, 8}, {8, 8}, {12, 2}};
+	static const int bss[] = {16, 32};
+	/* Every combination on 21 rows (the special positions, padding rows)... */
+	for (int hi = 0; hi < 3; hi++)
+		for (int g = 0; g < 3; g++)
+			for (int style = 0; style < 2; style++)
+				for (int flags = 0; flags < 4; flags++)
+					for (int d = 0; d < 3; d++)
+						for (int b = 0; b < 2; b++) {
+							struct qkv_case c = {
+								hds[hi], heads[g][0], heads[g][1],
+								style, flags & 1, flags >> 1,
+								bss[b], 21, dts[d]};
+							run_qkv(rng, &c);
+						}
+	/* ...and a few prefill-sized ones (300 rows, many blocks), and head_dim 256. */
+	static const struct qkv_case big[] = {
+		{128, 32, 8, 0, 1, 1, 16, 300, DT_BF16},
+		{128, 8, 8, 1, 0, 1, 32, 300, DT_F16},
+		{64, 12, 2, 0, 1, 0, 16, 300, DT_F32},
+		{96, 12, 2, 1, 1, 1, 32, 300, DT_BF16},
+		{256, 8, 2, 0, 1, 1, 16, 37, DT_F16},
+	};
+	for (size_t i = 0; i < sizeof big / sizeof *big; i++)
+		run_qkv(rng, &big[i]);
+}
+
+/* ---- SiLU·mul --------------------------------------------------------------- */
+
+/* expf on the GPU is within 2 ulp (glibc's within 1), then one add, one
+ * divide and one multiply, each rounded: <= ~6 ulp of F32 relative. */
+static void test_silu_mul(struct kc_rng *rng)
+{
+	static const int ffns[] = {64, 1001, 4098, 11008};
+	static const int rowss[] = {1, 7, 300};
+	static const float extremes[] = {-100.0f, 100.0f, -88.0f, 88.0f, 0.0f, -0.0f, 20.0f, -20.0f};
+	for (int fi = 0; fi < 4; fi++)
+		for (int ri = 0; ri < 3; ri++)
+			for (int d = 0; d < 3; d++) {
+				const int ffn = ffns[fi], rows = rowss[ri];
+				const enum dtype dt = dts[d];
+				const size_t n = (size_t)rows * ffn;
+				float *gu = xmalloc(2 * n * sizeof(float));
+				float *ref = xmalloc(n * sizeof(float));
+				for (int r = 0; r < rows; r++) {
+					kc_fill(rng, gu + (size_t)r * 2 * ffn, ffn, -10.0f, 10.0f);
+					kc_fill(rng, gu + (size_t)r * 2 * ffn + ffn, ffn, -2.0f, 2.0f);
+				}
+				for (int i = 0; i < 8; i++)
+					gu[i] = extremes[i];
+				for (int r = 0; r < rows; r++)
+					kops_silu_mul_ref(ref + (size_t)r * ffn, gu + (size_t)r * 2 * ffn,
+							  gu + (size_t)r * 2 * ffn + ffn, ffn);
+				kc_round(ref, n, dt);
+				float *d_gu = kc_upload(gu, 2 * n * sizeof(float));
+				void *d_out = kc_dev_alloc(n * esize(dt));
+				kc_ok(k_silu_mul(NULL, d_gu, rows, ffn, d_out, dt), "k_silu_mul");
+				kc_sync("k_silu_mul");
+				float *got = fetch(d_out, n, dt);
+				char what[64];
+				snprintf(what, sizeof what, "silu_mul ffn%d r%d %s", ffn, rows,
+					 dtype_name(dt));
+				kc_compare(what, got, ref, n, 1e-12f, 2e-6f + ulp_rel(dt));
+				free(got);
+				free(gu);
+				free(ref);
+				kc_dev_free(d_gu);
+				kc_dev_free(d_out);
+			}
+}
+
+/* ---- argmax ------------------------------------------------------------------ */
+
+/* The contract: lowest index of the largest non-NaN value, 0 when none. */
+static int argmax_ref(const float *x, int n)
+{
+	int best = -1;
+	for (int i = 0; i < n; i++)
+		if (!isnan(x[i]) && (best < 0 || x[i] > x[best]))
+			best = i;
+	return best < 0 ? 0 : best;
+}
+
+/* Rows 0..9 are special cases, the rest random; rows 10+ have values
+ * quantized to 1/4 in [-8, 8), so the maximum is usually tied. */
+static void fill_argmax_row(struct kc_rng *rng, float *x, int n, int r)
+{
+	kc_fill(rng, x, n, -20.0f, 20.0f);
+	switch (r) {
+	case 0: /* plain random */
+		break;
+	case 1: { /* a tie far apart: the lower index wins */
+		int j1 = n / 3 + 5, j2 = n - 2;
+		x[j1] = x[j2] = 30.0f;
+		break;
+	}
+	case 2: /* all -inf */
+		for (int i = 0; i < n; i++)
+			x[i] = -INFINITY;
+		break;
+	case 3: /* all NaN */
+		for (int i = 0; i < n; i++)
+			x[i] = NAN;
+		break;
+	case 4: /* NaN first and sprinkled: never wins */
+		for (int i = 0; i < n; i += 7)
+			x[i] = NAN;
+		break;
+	case 5: /* +inf twice */
+		x[n / 2 + 1] = INFINITY;
+		x[n - 1] = INFINITY;
+		break;
+	case 6: /* the maximum at the last index (a scalar tail when n % 4) */
+		x[n - 1] = 25.0f;
+		break;
+	case 7: /* only NaN and -inf: the first -inf */
+		for (int i = 0; i < n; i++)
+			x[i] = i % 3 == 2 ? -INFINITY : NAN;
+		break;
+	case 8: /* all equal: index 0 */
+		for (int i = 0; i < n; i++)
+			x[i] = 1.5f;
+		break;
+	case 9: /* the maximum at index 0 next to NaN */
+		x[0] = 50.0f;
+		x[1] = NAN;
+		break;
+	default:
+		for (int i = 0; i < n; i++)
+			x[i] = (float)((int)kc_below(rng, 64) - 32) / 4.0f;
+	}
+}
+
+static void test_argmax(struct kc_rng *rng)
+{
+	static const int vocabs[] = {1001, 32000, 152064};
+	static const int rowss[] = {1, 7, 300};
+	for (int vi = 0; vi < 3; vi++)
+		for (int ri = 0; ri < 3; ri++) {
+			const int vocab = vocabs[vi], rows = rowss[ri];
+			const size_t n = (size_t)rows * vocab;
+			float *x = xmalloc(n * sizeof(float));
+			float *ref = xmalloc(rows * sizeof(float)), *got = xmalloc(rows * sizeof(float));
+			int32_t *out = xmalloc(rows * sizeof(int32_t));
+			for (int r = 0; r < rows; r++) {
+				/* with 1 or 7 rows, still visit every special case */
+				int kind = rows == 1 ? vi * 3 + ri : rows == 7 ? r + 3 * vi : r;
+				float *xr = x + (size_t)r * vocab;
+				fill_argmax_row(rng, xr, vocab, kind);
+				int want = argmax_ref(xr, vocab);
+				if (!isnan(xr[0]) && want != kops_argmax(xr, vocab))
+					kc_fail("argmax_ref disagrees with kops_argmax (row kind %d)", kind);
+				ref[r] = (float)want;
+			}
+			float *d_x = kc_upload(x, n * sizeof(float));
+			int32_t *d_out = kc_dev_alloc(rows * sizeof(int32_t));
+			kc_ok(k_argmax(NULL, d_x, rows, vocab, d_out), "k_argmax");
+			kc_sync("k_argmax");
+			kc_download(out, d_out, rows * sizeof(int32_t));
+			for (int r = 0; r < rows; r++)
+				got[r] = (float)out[r];
+			char what[64];
+			snprintf(what, sizeof what, "argmax vocab%d r%d", vocab, rows);
+			kc_compare(what, got, ref, rows, 0.0f, 0.0f);
+			free(x);
+			free(ref);
+			free(got);
+			free(out);
+			kc_dev_free(d_x);
+			kc_dev_free(d_out);
+		}
+}
+
+/* ---- cast ----------------------------------------------------------------------- */
+
+/* kc_compare treats NaN and inf as mismatches; compare a finite view instead:
+ * NaN -> 12345, +-inf -> +-FLT_MAX, so a NaN or an overflow must match. */
+static void finite_view(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(x[i]))
+			x[i] = 12345.0f;
+		else if (isinf(x[i]))
+			x[i] = x[i] > 0 ? FLT_MAX : -FLT_MAX;
+	}
+}
+
+static void test_cast(struct kc_rng *rng)
+{
+	/* 17 M: more blocks than the launcher's 65535 cap (the grid-stride loop). */
+	static const size_t ns[] = {1, 1001, 4096, (size_t)65535 * 256 + 1003};
+	static const float specials[] = {65504.0f, 65520.0f, -70000.0f, 1e-8f, -3e-5f,
+					 INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 3.0e38f};
+	for (int ni = 0; ni < 4; ni++)
+		for (int d = 0; d < 3; d++) {
+			const size_t n = ns[ni];
+			const enum dtype dt = dts[d];
+			float *x = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float));
+			kc_fill(rng, x, n, -100.0f, 100.0f);
+			for (size_t i = 0; i < 11 && i < n; i++)
+				x[n - 1 - i] = specials[i];
+			memcpy(ref, x, n * sizeof(float));
+			kc_round(ref, n, dt); /* round to nearest even, as the kernel */
+			float *d_x = kc_upload(x, n * sizeof(float));
+			void *d_out = kc_dev_alloc(n * esize(dt));
+			kc_ok(k_cast_f32(NULL, d_x, n, d_out, dt), "k_cast_f32");
+			kc_sync("k_cast_f32");
+			float *got = fetch(d_out, n, dt);
+			finite_view(got, n);
+			finite_view(ref, n);
+			char what[64];
+			snprintf(what, sizeof what, "cast n%zu %s", n, dtype_name(dt));
+			kc_compare(what, got, ref, n, 0.0f, 0.0f);
+			free(got);
+			free(x);
+			free(ref);
+			kc_dev_free(d_x);
+			kc_dev_free(d_out);
+		}
+}
+
+int main(void)
+{
+	check_args();
+	kc_require_gpu("test_cuda_ops");
+	struct kc_rng rng;
+	kc_seed(&rng, 9);
+	test_embed(&rng);
+	test_add_rmsnorm(&rng);
+	test_rmsnorm_rows(&rng);
+	test_qkv(&rng);
+	test_silu_mul(&rng);
+	test_argmax(&rng);
+	test_cast(&rng);
+	return kc_finish();
+}

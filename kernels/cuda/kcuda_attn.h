@@ -24,10 +24,23 @@
  * per block [n_kv_heads][block_size][head_dim]. Query head h uses kv head
  * h / (n_heads / n_kv_heads). out = softmax(scale * q·K) · V.
  *
+ * A row with a negative position (graph padding) attends nothing and gets 0.
+ *
  * head_dim: 64, 128 or 256 (others: ERR_UNSUPPORTED). kv_dt: DT_F16,
  * DT_BF16, DT_F32, and DT_F8_E4M3 (values stored as value / k_scale or
- * value / v_scale; ERR_UNSUPPORTED until implemented). Plain C launchers,
- * no synchronization; tests: tests/kernels/test_cuda_attn.c.
+ * value / v_scale, both > 0; the scales are ignored for the other types).
+ * out_dt: DT_F16, DT_BF16 or DT_F32 (others: ERR_UNSUPPORTED). q, k_cache
+ * and v_cache must be 16-byte aligned (vector loads). Other argument errors:
+ * ERR_INVAL; n_rows == 0 launches nothing. Plain C launchers, no
+ * synchronization; kernels in kernels/cuda/k_attn.cu (SIMT, F32 math);
+ * tests: tests/kernels/test_cuda_attn.c.
+ *
+ * Decode splits: at most 32, of a multiple of 256 positions, chosen from
+ * max_ctx alone. Positions at or past max_ctx (or past the block table,
+ * max_blocks_per_seq * block_size) are not attended: max_ctx must bound every
+ * positions[r] + 1. The workspace is needed only when max_ctx > 256.
+ * Prefill reads seq_start, positions and max_rows_per_seq (not row_seq or
+ * max_ctx); decode reads row_seq, positions and max_ctx (not seq_start).
  */
 #ifndef AORTA_KERNELS_CUDA_KCUDA_ATTN_H
 #define AORTA_KERNELS_CUDA_KCUDA_ATTN_H
@@ -63,7 +76,10 @@ struct k_attn_args {
 	size_t workspace_bytes;
 };
 
-/* Workspace k_attn_decode needs for up to max_rows rows and max_ctx positions. */
+/* Workspace k_attn_decode needs for up to max_rows rows and max_ctx
+ * positions (0 when one split covers max_ctx). Never decreases as max_rows or
+ * max_ctx grow, so a buffer sized for the largest launch serves every
+ * smaller one; the launcher checks workspace_bytes against it (ERR_INVAL). */
 size_t k_attn_workspace_bytes(int max_rows, int n_heads, int head_dim, int max_ctx);
 
 int k_attn_decode(void *stream, const struct k_attn_args *a);

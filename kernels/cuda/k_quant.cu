@@ -1,0 +1,581 @@
+// kernels/cuda/k_quant.cu — kcuda_quant.h: the 8-bit weight paths on the GPU.
+//   k_gemv_w8     weight-only GEMV/skinny GEMM for decode (I8, F8 E4M3, Q8_0),
+//   k_quant_rows  per-token activation quantization (the CPU's rule),
+//   k_gemm_w8a8   FP8 x FP8 and INT8 x INT8 GEMMs through cuBLASLt, with the
+//                 per-token and per-channel scales applied in a small epilogue.
+// Owns no state except a per-device "has FP8" cache. Launchers never
+// synchronize. CPU counterparts: kernels/cpu/matmul_ref.c (kcpu_matmul_ref),
+// matmul_qref.c, quant.c; test: tests/kernels/test_cuda_quant.c; benchmark:
+// tests/bench/bench_cuda_quant.c.
+#include <atomic>
+#include <cublasLt.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/err.h"
+#include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_gemm.h"
+#include "kernels/cuda/kcuda_internal.h"
+#include "kernels/cuda/kcuda_quant.h"
+
+// ---- dequantization in registers --------------------------------------------
+
+enum { WK_I8, WK_F8, WK_Q8 };
+
+// Four int8 (packed in v, lowest byte first) to floats, exactly, without the
+// slow int->float conversion: with b = byte ^ 0x80 = s + 128, the float with
+// bits 0x4B0000bb is 2^23 + b, so subtracting 2^23 + 128 leaves s.
+__device__ __forceinline__ void deq_i8x4(uint32_t v, float f[4])
+{
+	const uint32_t u = v ^ 0x80808080u;
+	f[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.0f;
+	f[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.0f;
+	f[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.0f;
+	f[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7543)) - 8388736.0f;
+}
+
+// Four FP8 E4M3 to floats (exact: every E4M3 value is an F16 value; 0x7F/0xFF
+// become NaN as on the CPU). Hardware conversion on sm_89+.
+__device__ __forceinline__ void deq_f8x4(uint32_t v, float f[4])
+{
+	const __half2_raw lo =
+		__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xFFFFu), __NV_E4M3);
+	const __half2_raw hi =
+		__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
+	const float2 a = __half22float2(__half2(lo));
+	const float2 b = __half22float2(__half2(hi));
+	f[0] = a.x;
+	f[1] = a.y;
+	f[2] = b.x;
+	f[3] = b.y;
+}
+
+// ---- k_gemv_w8 ---------------------------------------------------------------
+//
+// One CTA = 8 warps; a warp owns RW consecutive output rows and a group of up
+// to TG tokens (blockIdx.y). A warp step covers SB = 32 * SPAN weights of each
+// of its rows: lane l takes SPAN consecutive bytes at l * SPAN (one 16-byte
+// load for I8/F8, one 34-byte Q8_0 block read as 17 halfwords, since blocks
+// are only 2-byte aligned), so a row is read once, coalesced. X [TG, chunk] is
+// staged in shared memory as F32, permuted inside each SB block so that lane
+// l's q-th group of 4 values sits at float4 index q * 32 + l: the float4
+// reads of a warp are consecutive, free of bank conflicts. K is walked in
+// chunks that fit 48 KB of shared memory; the tail of a chunk is zero-filled.
+
+#define GEMV_THREADS 256
+#define GEMV_WARPS (GEMV_THREADS / 32)
+#define GEMV_SMEM_FLOATS 12288 // 48 KB: no opt-in needed, 4 CTAs per SM
+
+__host__ __device__ constexpr int gemv_span(int wk)
+{
+	return wk == WK_Q8 ? 32 : 16;
+}
+__host__ __device__ constexpr int gemv_rw(int tg)
+{
+	return tg <= 2 ? 2 : 4;
+}
+// Steps whose loads are issued together (more bytes in flight per thread).
+__host__ __device__ constexpr int gemv_unroll(int wk, int tg)
+{
+	return tg <= 2 ? (wk == WK_Q8 ? 2 : 4) : (tg <= 8 && wk != WK_Q8 ? 2 : 1);
+}
+
+template <int WK, int TG>
+__global__ void __launch_bounds__(GEMV_THREADS)
+	gemv_w8_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
+		       int n, int k, const void *__restrict__ x, enum dtype x_dt, int t,
+		       float *__restrict__ y, int accumulate, int kc)
+{
+	constexpr int SPAN = gemv_span(WK);
+	constexpr int SB = 32 * SPAN;
+	constexpr int NQ = SPAN / 4; // words (and float4 of X) per lane per step
+	constexpr int RW = gemv_rw(TG);
+	constexpr int U = gemv_unroll(WK, TG);
+	extern __shared__ float4 xs4[]; // [TG][kc / 4], permuted per SB block
+	float *xs = (float *)xs4;
+
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int t0 = blockIdx.y * TG;
+	const int tn = min(TG, t - t0);
+	const int row0 = (blockIdx.x * GEMV_WARPS + warp) * RW;
+	const size_t row_bytes = WK == WK_Q8 ? (size_t)(k / 32) * 34 : (size_t)k;
+
+	float acc[RW][TG];
+#pragma unroll
+	for (int r = 0; r < RW; r++)
+#pragma unroll
+		for (int tt = 0; tt < TG; tt++)
+			acc[r][tt] = 0.0f;
+
+	for (int kb = 0; kb < k; kb += kc) {
+		const int klen = min(kc, k - kb);
+		const int nsteps = (klen + SB - 1) / SB;
+		const int kpad = nsteps * SB; // <= kc
+		__syncthreads(); // the previous chunk's readers are done
+		for (int i = threadIdx.x; i < tn * kpad; i += GEMV_THREADS) {
+			const int tt = i / kpad, j = i - tt * kpad;
+			const int sb = j / SB, in = j - sb * SB;
+			const int l = in / SPAN, e = in - l * SPAN;
+			const int pos = sb * SB + ((e >> 2) * 32 + l) * 4 + (e & 3);
+			xs[(size_t)tt * kc + pos] =
+				j < klen ? kcu_load(x, x_dt, (size_t)(t0 + tt) * k + kb + j) : 0.0f;
+		}
+		__syncthreads();
+
+		for (int s0 = 0; s0 < nsteps; s0 += U) {
+			uint32_t wv[U][RW][NQ];
+			float wd[U][RW]; // Q8_0 block scale
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int j = (s0 + u) * SB + lane * SPAN; // >= klen past the end
+#pragma unroll
+				for (int r = 0; r < RW; r++) {
+					const int row = row0 + r;
+					wd[u][r] = 0.0f;
+#pragma unroll
+					for (int q = 0; q < NQ; q++)
+						wv[u][r][q] = 0;
+					if (row >= n || j >= klen)
+						continue;
+					const uint8_t *p = w + (size_t)row * row_bytes;
+					if (WK == WK_Q8) {
+						const unsigned short *b =
+							(const unsigned short *)(p + (size_t)((kb + j) / 32) * 34);
+						wd[u][r] = __half2float(__ushort_as_half(__ldg(b)));
+#pragma unroll
+						for (int q = 0; q < NQ; q++)
+							wv[u][r][q] = (uint32_t)__ldg(b + 1 + 2 * q) |
+								      ((uint32_t)__ldg(b + 2 + 2 * q) << 16);
+					} else {
+						const uint4 v = __ldg((const uint4 *)(p + kb + j));
+						wv[u][r][0] = v.x;
+						wv[u][r][1] = v.y;
+						wv[u][r][2] = v.z;
+						wv[u][r][3] = v.w;
+					}
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				if (s0 + u >= nsteps) // same for the whole CTA
+					break;
+				const float4 *xb = xs4 + (size_t)(s0 + u) * (SB / 4) + lane;
+#pragma unroll
+				for (int q = 0; q < NQ; q++) {
+					float wf[RW][4];
+#pragma unroll
+					for (int r = 0; r < RW; r++) {
+						if (WK == WK_F8)
+							deq_f8x4(wv[u][r][q], wf[r]);
+						else
+							deq_i8x4(wv[u][r][q], wf[r]);
+						if (WK == WK_Q8) {
+#pragma unroll
+							for (int e = 0; e < 4; e++)
+								wf[r][e] *= wd[u][r];
+						}
+					}
+#pragma unroll
+					for (int tt = 0; tt < TG; tt++) {
+						if (tt >= tn)
+							break;
+						const float4 xv = xb[(size_t)tt * (kc / 4) + q * 32];
+#pragma unroll
+						for (int r = 0; r < RW; r++) {
+							float a = acc[r][tt];
+							a = fmaf(wf[r][0], xv.x, a);
+							a = fmaf(wf[r][1], xv.y, a);
+							a = fmaf(wf[r][2], xv.z, a);
+							a = fmaf(wf[r][3], xv.w, a);
+							acc[r][tt] = a;
+						}
+					}
+				}
+			}
+		}
+	}
+
+	// Every lane of every warp gets here (no early exit above): full-mask sums.
+#pragma unroll
+	for (int r = 0; r < RW; r++) {
+		const int row = row0 + r;
+		float s = 1.0f;
+		if (WK != WK_Q8 && scale && row < n)
+			s = scale[n_scales == 1 ? 0 : row];
+#pragma unroll
+		for (int tt = 0; tt < TG; tt++) {
+			const float v = kcu_warp_sum(acc[r][tt]) * s;
+			if (lane == 0 && row < n && tt < tn) {
+				float *o = y + (size_t)(t0 + tt) * n + row;
+				*o = accumulate ? *o + v : v;
+			}
+		}
+	}
+}
+
+template <int WK, int TG>
+static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales, int n,
+		       int k, const void *d_x, enum dtype x_dt, int t, float *d_y, int accumulate)
+{
+	constexpr int SB = 32 * gemv_span(WK);
+	constexpr int RW = gemv_rw(TG);
+	// Largest chunk that fits, then chunks of equal size (a multiple of SB).
+	int kcmax = GEMV_SMEM_FLOATS / TG / SB * SB;
+	if (kcmax < SB)
+		kcmax = SB;
+	const int nch = (k + kcmax - 1) / kcmax;
+	const int per = (k + nch - 1) / nch;
+	const int kc = (per + SB - 1) / SB * SB;
+	const size_t smem = (size_t)TG * kc * sizeof(float);
+	const unsigned gx = (unsigned)((n + GEMV_WARPS * RW - 1) / (GEMV_WARPS * RW));
+	const unsigned gy = (unsigned)((t + TG - 1) / TG);
+	if (gy > 65535)
+		return ERR_UNSUPPORTED;
+	gemv_w8_kernel<WK, TG><<<dim3(gx, gy), GEMV_THREADS, smem, st>>>(
+		(const uint8_t *)d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y, accumulate, kc);
+	return kcu_launched("k_gemv_w8");
+}
+
+template <int WK>
+static int gemv_dispatch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales,
+			 int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
+			 int accumulate)
+{
+	if (t == 1)
+		return gemv_launch<WK, 1>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
+					  accumulate);
+	if (t == 2)
+		return gemv_launch<WK, 2>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
+					  accumulate);
+	if (t <= 4)
+		return gemv_launch<WK, 4>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
+					  accumulate);
+	// Q8_0 stops at 8 tokens per group: 8 x 1024 F32 of X is the 32 KB chunk.
+	if (t <= 8 || WK == WK_Q8)
+		return gemv_launch<WK, 8>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
+					  accumulate);
+	return gemv_launch<WK, WK == WK_Q8 ? 8 : 16>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt,
+						     t, d_y, accumulate);
+}
+
+extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
+			 int n_scales, int n, int k, const void *d_x, enum dtype x_dt, int t,
+			 float *d_y, int accumulate)
+{
+	if (!d_w || !d_x || !d_y || n <= 0 || k <= 0 || t <= 0)
+		return ERR_INVAL;
+	if (!kcu_is_16bit_or_f32(x_dt))
+		return ERR_INVAL;
+	cudaStream_t st = (cudaStream_t)stream;
+	if (w_dt == DT_Q8_0) {
+		if (k % 32 || ((uintptr_t)d_w & 1))
+			return ERR_INVAL;
+		return gemv_dispatch<WK_Q8>(st, d_w, NULL, 0, n, k, d_x, x_dt, t, d_y, accumulate);
+	}
+	if (w_dt != DT_I8 && w_dt != DT_F8_E4M3)
+		return ERR_UNSUPPORTED;
+	if (d_scale && n_scales != 1 && n_scales != n)
+		return ERR_INVAL;
+	// 16-byte loads of every row: rows start at multiples of k bytes.
+	if (k % 16 || ((uintptr_t)d_w & 15))
+		return ERR_UNSUPPORTED;
+	if (w_dt == DT_I8)
+		return gemv_dispatch<WK_I8>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
+					    accumulate);
+	return gemv_dispatch<WK_F8>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y, accumulate);
+}
+
+// ---- k_quant_rows ------------------------------------------------------------
+//
+// One CTA per token row: block amax, then the CPU's exact arithmetic
+// (kernels/cpu/quant.c): INT8 s = amax / 127, q = rint(clamp(x * (1 / s)))
+// with NaN -> -127 and s = 0 -> all codes 0; FP8 s = amax / 448,
+// q = fp8(x / s) (round to nearest even, saturating), s = 0 -> codes 0.
+// The __f*_rn intrinsics keep every operation IEEE-rounded (no contraction,
+// whatever the fast-math flags).
+
+#define QUANT_THREADS 256
+
+template <bool FP8>
+__global__ void __launch_bounds__(QUANT_THREADS)
+	quant_rows_kernel(const void *__restrict__ x, enum dtype x_dt, int k,
+			  uint8_t *__restrict__ xq, float *__restrict__ scale)
+{
+	__shared__ float red[QUANT_THREADS / 32];
+	const size_t base = (size_t)blockIdx.x * k;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+	float m = 0.0f; // fmaxf skips NaN, as the CPU's "if (v > a)" does
+	for (int i = threadIdx.x; i < k; i += QUANT_THREADS)
+		m = fmaxf(m, fabsf(kcu_load(x, x_dt, base + i)));
+	m = kcu_warp_max(m);
+	if (lane == 0)
+		red[warp] = m;
+	__syncthreads();
+	float amax = red[0];
+	for (int i = 1; i < QUANT_THREADS / 32; i++)
+		amax = fmaxf(amax, red[i]);
+
+	if (FP8) {
+		const float s = __fdiv_rn(amax, 448.0f);
+		if (threadIdx.x == 0)
+			scale[blockIdx.x] = s;
+		for (int i = threadIdx.x; i < k; i += QUANT_THREADS) {
+			const float v = kcu_load(x, x_dt, base + i);
+			xq[base + i] = s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s),
+										 __NV_SATFINITE, __NV_E4M3)
+						: (uint8_t)0;
+		}
+	} else {
+		const float s = __fdiv_rn(amax, 127.0f);
+		const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+		if (threadIdx.x == 0)
+			scale[blockIdx.x] = s;
+		for (int i = threadIdx.x; i < k; i += QUANT_THREADS) {
+			float v = __fmul_rn(kcu_load(x, x_dt, base + i), inv);
+			v = v > -127.0f ? v : -127.0f;
+			v = v < 127.0f ? v : 127.0f;
+			xq[base + i] = (uint8_t)(int8_t)__float2int_rn(v);
+		}
+	}
+}
+
+extern "C" int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k,
+			    enum dtype q_dt, void *d_xq, float *d_scale)
+{
+	if (!d_x || !d_xq || !d_scale || t <= 0 || k <= 0 || !kcu_is_16bit_or_f32(x_dt))
+		return ERR_INVAL;
+	cudaStream_t st = (cudaStream_t)stream;
+	if (q_dt == DT_F8_E4M3)
+		quant_rows_kernel<true><<<(unsigned)t, QUANT_THREADS, 0, st>>>(
+			d_x, x_dt, k, (uint8_t *)d_xq, d_scale);
+	else if (q_dt == DT_I8)
+		quant_rows_kernel<false><<<(unsigned)t, QUANT_THREADS, 0, st>>>(
+			d_x, x_dt, k, (uint8_t *)d_xq, d_scale);
+	else
+		return ERR_UNSUPPORTED;
+	return kcu_launched("k_quant_rows");
+}
+
+// ---- k_gemm_w8a8 -------------------------------------------------------------
+//
+// cuBLASLt with unit scales: FP8 E4M3 x E4M3 -> F32 (compute 32F) or
+// INT8 x INT8 -> INT32 (compute 32I), then an epilogue kernel
+//   y[t, n] (+)= acc[t, n] * (w_scale[n] * x_scale[t])
+// (the CPU reference's order of the two scale products). Why not cuBLASLt's
+// outer-vector scale mode: it exists for FP8 only (INT8 needs the epilogue
+// anyway) and its support per architecture and output type is not something
+// we could check without a GPU; one path for both types is tested once.
+// Without accumulate the GEMM writes into y itself (F32 or INT32, 4 bytes
+// either way) and the epilogue converts in place; with accumulate the
+// product goes to the handle's workspace in row chunks, so nothing is
+// allocated per call (graph capture works).
+
+#define LT_WS_ACCUM_BYTES ((size_t)8 << 20) // Lt's share when the rest is scratch
+
+static int lt_check(cublasStatus_t s, const char *what)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	char buf[192];
+	snprintf(buf, sizeof buf, "%s: cuBLASLt status %d", what, (int)s);
+	kcu_check(cudaErrorUnknown, buf);
+	return s == CUBLAS_STATUS_NOT_SUPPORTED ? ERR_UNSUPPORTED : ERR_DEVICE;
+}
+
+// 1: the current device has FP8 tensor cores (cc >= 8.9); 0: not; <0: error.
+// Cached per device: the answer never changes (relaxed atomics, idempotent).
+static int device_has_fp8(void)
+{
+	static std::atomic<int> cache[64]; // 0 unknown, 1 no, 2 yes
+	int dev = 0;
+	int rc = kcu_check(cudaGetDevice(&dev), "cudaGetDevice");
+	if (rc)
+		return rc;
+	if (dev >= 0 && dev < 64) {
+		int c = cache[dev].load(std::memory_order_relaxed);
+		if (c)
+			return c == 2;
+	}
+	cudaDeviceProp p;
+	rc = kcu_check(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+	if (rc)
+		return rc;
+	const int yes = p.major > 8 || (p.major == 8 && p.minor >= 9);
+	if (dev >= 0 && dev < 64)
+		cache[dev].store(yes ? 2 : 1, std::memory_order_relaxed);
+	return yes;
+}
+
+template <bool INT>
+__global__ void w8a8_epilogue_kernel(const void *acc, const float *__restrict__ x_scale,
+				     const float *__restrict__ w_scale, int n_w_scales, int n,
+				     size_t count, float *y, int accumulate)
+{
+	// acc may alias y (in place): each element is read, then written, by one thread.
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const size_t row = i / (size_t)n, col = i - row * (size_t)n;
+		const float a = INT ? (float)((const int32_t *)acc)[i] : ((const float *)acc)[i];
+		const float v = a * (w_scale[n_w_scales == 1 ? 0 : col] * x_scale[row]);
+		y[i] = accumulate ? y[i] + v : v;
+	}
+}
+
+struct lt_gemm {
+	cublasLtHandle_t lt;
+	cudaStream_t stream;
+	bool is_int;
+	int n, k;
+	const void *d_w;
+	void *ws;
+	size_t ws_bytes;
+};
+
+// acc[tc, n] = Xq[tc, k] · Wq[n, k]^T, unit scales, acc F32 or INT32.
+static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_acc)
+{
+	cublasLtMatmulDesc_t op = NULL;
+	cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+	cublasLtMatmulPreference_t pref = NULL;
+	const cudaDataType_t ab = g->is_int ? CUDA_R_8I : CUDA_R_8F_E4M3;
+	const cudaDataType_t cd = g->is_int ? CUDA_R_32I : CUDA_R_32F;
+	const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	int rc = lt_check(cublasLtMatmulDescCreate(&op,
+						   g->is_int ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+						   g->is_int ? CUDA_R_32I : CUDA_R_32F),
+			  "cublasLtMatmulDescCreate");
+	if (!rc)
+		rc = lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+							     sizeof ta),
+			      "set TRANSA");
+	if (!rc)
+		rc = lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+							     sizeof tb),
+			      "set TRANSB");
+	// Column-major view (as k_gemm): W[n, k] row-major is k x n (ld k), taken
+	// transposed; Xq[tc, k] is k x tc (ld k); acc[tc, n] is n x tc (ld n).
+	// This is the "TN" layout FP8 kernels require.
+	if (!rc)
+		rc = lt_check(cublasLtMatrixLayoutCreate(&la, ab, g->k, g->n, g->k), "layout A");
+	if (!rc)
+		rc = lt_check(cublasLtMatrixLayoutCreate(&lb, ab, g->k, tc, g->k), "layout B");
+	if (!rc)
+		rc = lt_check(cublasLtMatrixLayoutCreate(&lc, cd, g->n, tc, g->n), "layout C");
+	if (!rc)
+		rc = lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+	if (!rc)
+		rc = lt_check(cublasLtMatmulPreferenceSetAttribute(
+				      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes,
+				      sizeof g->ws_bytes),
+			      "preference workspace");
+	cublasLtMatmulHeuristicResult_t res;
+	int n_res = 0;
+	if (!rc)
+		rc = lt_check(cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, lc, lc, pref, 1, &res,
+							     &n_res),
+			      "cublasLtMatmulAlgoGetHeuristic");
+	if (!rc && n_res < 1) {
+		kcu_check(cudaErrorNotSupported, "k_gemm_w8a8: no cuBLASLt algorithm");
+		rc = ERR_UNSUPPORTED;
+	}
+	if (!rc) {
+		const float af = 1.0f, bf = 0.0f;
+		const int32_t ai = 1, bi = 0;
+		const void *alpha = g->is_int ? (const void *)&ai : (const void *)&af;
+		const void *beta = g->is_int ? (const void *)&bi : (const void *)&bf;
+		rc = lt_check(cublasLtMatmul(g->lt, op, alpha, g->d_w, la, d_xq, lb, beta, d_acc, lc,
+					     d_acc, lc, &res.algo, g->ws, g->ws_bytes, g->stream),
+			      "cublasLtMatmul");
+	}
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (lc)
+		cublasLtMatrixLayoutDestroy(lc);
+	if (lb)
+		cublasLtMatrixLayoutDestroy(lb);
+	if (la)
+		cublasLtMatrixLayoutDestroy(la);
+	if (op)
+		cublasLtMatmulDescDestroy(op);
+	return rc;
+}
+
+static int w8a8_epilogue(const struct lt_gemm *g, const void *d_acc, const float *d_x_scale,
+			 const float *d_w_scale, int n_w_scales, int tc, float *d_y, int accumulate)
+{
+	const size_t count = (size_t)tc * g->n;
+	size_t blocks = (count + 255) / 256;
+	if (blocks > 65535)
+		blocks = 65535;
+	if (g->is_int)
+		w8a8_epilogue_kernel<true><<<(unsigned)blocks, 256, 0, g->stream>>>(
+			d_acc, d_x_scale, d_w_scale, n_w_scales, g->n, count, d_y, accumulate);
+	else
+		w8a8_epilogue_kernel<false><<<(unsigned)blocks, 256, 0, g->stream>>>(
+			d_acc, d_x_scale, d_w_scale, n_w_scales, g->n, count, d_y, accumulate);
+	return kcu_launched("k_gemm_w8a8 epilogue");
+}
+
+extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
+			   const float *d_w_scale, int n_w_scales, int n, int k, const void *d_xq,
+			   const float *d_x_scale, int t, float *d_y, int accumulate)
+{
+	if (!h || !d_w || !d_w_scale || !d_xq || !d_x_scale || !d_y || n <= 0 || k <= 0 || t <= 0)
+		return ERR_INVAL;
+	if (n_w_scales != 1 && n_w_scales != n)
+		return ERR_INVAL;
+	if (w_dt != DT_I8 && w_dt != DT_F8_E4M3)
+		return ERR_UNSUPPORTED;
+	// cuBLASLt's 8-bit kernels: 16-byte aligned operands and leading dimensions.
+	if (k % 16 || n % 16 || ((uintptr_t)d_w & 15) || ((uintptr_t)d_xq & 15) ||
+	    ((uintptr_t)d_y & 15))
+		return ERR_UNSUPPORTED;
+	if (w_dt == DT_F8_E4M3) {
+		int fp8 = device_has_fp8();
+		if (fp8 < 0)
+			return fp8;
+		if (!fp8)
+			return ERR_UNSUPPORTED;
+	}
+	struct lt_gemm g;
+	g.lt = (cublasLtHandle_t)k_blas_lt_handle(h);
+	g.stream = (cudaStream_t)k_blas_stream(h);
+	g.is_int = w_dt == DT_I8;
+	g.n = n;
+	g.k = k;
+	g.d_w = d_w;
+	size_t ws_total = 0;
+	g.ws = k_blas_workspace(h, &ws_total);
+	if (!g.lt || !g.ws)
+		return ERR_INVAL;
+
+	if (!accumulate) {
+		// The 4-byte accumulator lands in y, converted in place.
+		g.ws_bytes = ws_total;
+		int rc = lt_matmul(&g, d_xq, t, d_y);
+		return rc ? rc
+			  : w8a8_epilogue(&g, d_y, d_x_scale, d_w_scale, n_w_scales, t, d_y, 0);
+	}
+	// Workspace = Lt's part + a scratch accumulator for a chunk of rows.
+	if (ws_total < 2 * LT_WS_ACCUM_BYTES)
+		return ERR_UNSUPPORTED;
+	g.ws_bytes = LT_WS_ACCUM_BYTES;
+	void *scratch = (char *)g.ws + LT_WS_ACCUM_BYTES;
+	const size_t rows = (ws_total - LT_WS_ACCUM_BYTES) / ((size_t)n * 4);
+	if (rows < 1)
+		return ERR_UNSUPPORTED;
+	const int chunk = rows < (size_t)t ? (int)rows : t;
+	for (int t0 = 0; t0 < t; t0 += chunk) {
+		const int tc = t - t0 < chunk ? t - t0 : chunk;
+		int rc = lt_matmul(&g, (const uint8_t *)d_xq + (size_t)t0 * k, tc, scratch);
+		if (!rc)
+			rc = w8a8_epilogue(&g, scratch, d_x_scale + t0, d_w_scale, n_w_scales, tc,
+					   d_y + (size_t)t0 * n, 1);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

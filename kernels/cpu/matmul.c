@@ -3,7 +3,9 @@
  * threaded loops over the per-ISA kernels of matmul_impl.h:
  *   float GEMV  (F32/F16/BF16/F8, small m): each thread converts MM_TW weight
  *               rows to F32 once and takes dot tiles against all m X rows, so
- *               each weight byte is read from memory once;
+ *               each weight byte is read from memory once; for MM_BX_MIN_M <=
+ *               m <= 16, X is transposed once and each weight is broadcast
+ *               against 16 X rows (gemv_bx: one FMA per weight);
  *   float GEMM  (same dtypes, m > MM_GEMV_MAX_M, when the ISA has a
  *               micro-kernel): a (KC, nr) panel of W is converted and packed
  *               once and reused by every row of X;
@@ -25,6 +27,7 @@
 #include "quant.h"
 
 #define MM_GEMV_MAX_M 16     /* up to here GEMV; above, GEMM when available */
+#define MM_BX_MIN_M 5	     /* broadcast GEMV (gemv_bx) from here to MM_BX_LANES */
 #define MM_KC 256	     /* k-depth of a packed GEMM panel */
 #define MM_GEMV_KC 512	     /* k-chunk of the GEMV tiles for m > MM_TX */
 #define MM_GEMV_ROWS 16	     /* weight rows converted per chunk (32 KiB of F32) */
@@ -32,6 +35,7 @@
 #define MM_XBLOCK_BYTES (256 * 1024) /* quantized X kept hot per block */
 #define MM_INT_TILE_MAX_M 3  /* integer path: dot tiles up to here, packed GEMM above */
 #define MM_I8_PACKED_MAX_K 32768 /* packed I8 keeps whole-row sums in int32 lanes */
+_Static_assert(MM_GEMV_ROWS == MM_BX_ROWS, "gemv_worker hands gemv_bx MM_GEMV_ROWS rows");
 
 /* ---- instruction-set selection ------------------------------------------ */
 
@@ -133,6 +137,7 @@ struct mm_call {
 	int64_t ldx;     /* and its row stride */
 	int m;
 	float *y;
+	float *xt;    /* broadcast GEMV: X transposed, cols * MM_BX_LANES */
 	int8_t *xq;   /* integer paths: quantized X, m rows of ldq bytes */
 	float *xd;    /* and its scales, m * n_xd */
 	int64_t n_xd; /* scales per X row: cols/32 (Q8_0) or 1 (I8) */
@@ -204,6 +209,20 @@ static void gemv_chunked(const struct mm_call *c, int64_t r0, int nrows, float *
 	}
 }
 
+/* xt[k*MM_BX_LANES + j] = X[j][k], zero for j >= m; threads split k. */
+static void transpose_x_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t cols = c->w->cols;
+	long k0, k1;
+	kpool_split((long)cols, ith, nth, &k0, &k1);
+	for (long k = k0; k < k1; k++) {
+		float *o = c->xt + k * MM_BX_LANES;
+		for (int j = 0; j < MM_BX_LANES; j++)
+			o[j] = j < c->m ? c->x[(int64_t)j * cols + k] : 0.0f;
+	}
+}
+
 static void gemv_worker(void *p, int ith, int nth)
 {
 	const struct mm_call *c = p;
@@ -214,7 +233,9 @@ static void gemv_worker(void *p, int ith, int nth)
 	for (long g = g0; g < g1; g++) {
 		const int64_t r0 = (int64_t)g * MM_GEMV_ROWS;
 		const int nrows = (int)(rows - r0 < MM_GEMV_ROWS ? rows - r0 : MM_GEMV_ROWS);
-		if (c->m <= MM_TX)
+		if (c->xt)
+			c->k->gemv_bx(c->w, r0, nrows, c->xt, c->m, c->y + r0, rows);
+		else if (c->m <= MM_TX)
 			gemv_small_m(c, r0, nrows, buf);
 		else
 			gemv_chunked(c, r0, nrows, buf);
@@ -464,7 +485,12 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 	int rc = 0;
 	kpool_fn fn = fallback_worker;
 
-	if (is_float_dtype(w->dtype)) {
+	const bool bx = is_float_dtype(w->dtype) && c.k->gemv_bx && c.m >= MM_BX_MIN_M &&
+			c.m > MM_TX && c.m <= MM_BX_LANES && MM_BX_LANES <= MM_GEMV_MAX_M;
+	if (bx) {
+		fn = gemv_worker;
+		rc = ck_mul(cols, (size_t)MM_BX_LANES * sizeof(float), &shared);
+	} else if (is_float_dtype(w->dtype)) {
 		c.xf = c.x;
 		c.ldx = (int64_t)cols;
 		if (c.m > MM_TX) {
@@ -521,7 +547,10 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 		fn = fallback_worker;
 	else if (rc)
 		return rc;
-	else if (c.xf && c.ldx != (int64_t)cols) {
+	else if (bx) {
+		c.xt = kpool_shared(pool);
+		kpool_run(pool, transpose_x_worker, &c);
+	} else if (c.xf && c.ldx != (int64_t)cols) {
 		float *xs = kpool_shared(pool);
 		for (size_t j = 0; j < m; j++)
 			memcpy(xs + j * (size_t)c.ldx, c.x + j * cols, cols * sizeof(float));

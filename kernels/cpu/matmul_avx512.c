@@ -257,6 +257,90 @@ T512 static void dot_w_avx512(int nw, int nx, const struct kmat *w, int64_t r0, 
 	}
 }
 
+/* ---- broadcast GEMV (medium m) ---------------------------------------------- */
+
+/* For MM_TX < m <= 16 (batched decode): the 16 X rows at one k fill one
+ * register of xt, and each weight, converted to F32 in registers and parked
+ * in a 1 KiB block on the stack, is broadcast from there straight into its
+ * FMA (vfmadd231ps with {1to16}): one FMA per weight whatever m is, no
+ * horizontal sums, acc[i] = y[0..15][r0+i]. Conversion is interleaved with
+ * the FMAs 16 k at a time, so the loads of the weights overlap the
+ * arithmetic; each row is prefetched MM_BX_PF values ahead (past the end of
+ * a row: the same row of the next 16-row tile, which the next call reads). */
+#define MM_BX_PF 256
+
+INLINE512 void bx_tile(const int FULL, const enum dtype T, const struct kmat *w, int64_t r0,
+		       int nv, const float *xt, int m, float *y, int64_t ldy)
+{
+	const int64_t cols = w->cols;
+	const size_t esize = T == DT_F32 ? 4 : T == DT_F8_E4M3 ? 1 : 2;
+	const char *rowp[MM_BX_ROWS];
+	__m512 acc[MM_BX_ROWS];
+	float wb[MM_BX_ROWS * 16] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+	for (int i = 0; i < MM_BX_ROWS; i++) {
+		acc[i] = _mm512_setzero_ps();
+		rowp[i] = (const char *)w->data + (size_t)(r0 + (FULL || i < nv ? i : 0)) *
+							  (size_t)cols * esize;
+	}
+	for (int64_t k = 0; k < cols; k += 16) {
+		const int64_t kn = cols - k < 16 ? cols - k : 16;
+		const __mmask16 mk = kn == 16 ? (__mmask16)0xFFFF : low_mask16(kn);
+		const int64_t pf = k + MM_BX_PF < cols ? k + MM_BX_PF
+						       : k + MM_BX_PF + (MM_BX_ROWS - 1) * cols;
+#pragma GCC unroll 16
+		for (int i = 0; i < MM_BX_ROWS; i++) {
+			_mm_prefetch(addr_plus(rowp[i], (size_t)pf * esize), _MM_HINT_T0);
+			const __m512 v = FULL || i < nv ? load_w16(T, rowp[i], k, mk) : _mm512_setzero_ps();
+			_mm512_store_ps(wb + i * 16, v);
+		}
+		const float *xk = xt + k * MM_BX_LANES;
+		if (kn == 16) {
+#pragma GCC unroll 16
+			for (int u = 0; u < 16; u++) {
+				const __m512 xv = _mm512_loadu_ps(xk + u * MM_BX_LANES);
+#pragma GCC unroll 16
+				for (int i = 0; i < MM_BX_ROWS; i++)
+					acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i * 16 + u]), xv, acc[i]);
+			}
+		} else {
+			for (int u = 0; u < kn; u++) {
+				const __m512 xv = _mm512_loadu_ps(xk + u * MM_BX_LANES);
+#pragma GCC unroll 16
+				for (int i = 0; i < MM_BX_ROWS; i++)
+					acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i * 16 + u]), xv, acc[i]);
+			}
+		}
+	}
+	float t[MM_BX_ROWS * MM_BX_LANES] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+	for (int i = 0; i < MM_BX_ROWS; i++)
+		_mm512_store_ps(t + i * MM_BX_LANES, acc[i]);
+	for (int i = 0; i < nv; i++) {
+		/* F8 loads are value * 2^-8 (see f8_to_f16_bits) */
+		const float s = T == DT_F8_E4M3 ? mm_row_scale(w, r0 + i) * 256.0f : 1.0f;
+		for (int j = 0; j < m; j++)
+			y[j * ldy + i] = t[i * MM_BX_LANES + j] * s;
+	}
+}
+
+#define BX_DTYPES(FULL)                                                                  \
+	switch (w->dtype) {                                                              \
+	case DT_F16: bx_tile(FULL, DT_F16, w, r0, nv, xt, m, y, ldy); break;            \
+	case DT_BF16: bx_tile(FULL, DT_BF16, w, r0, nv, xt, m, y, ldy); break;          \
+	case DT_F8_E4M3: bx_tile(FULL, DT_F8_E4M3, w, r0, nv, xt, m, y, ldy); break;    \
+	default: bx_tile(FULL, DT_F32, w, r0, nv, xt, m, y, ldy); break;                \
+	}
+
+T512 static void gemv_bx_avx512(const struct kmat *w, int64_t r0, int nv, const float *xt, int m,
+				float *y, int64_t ldy)
+{
+	if (nv == MM_BX_ROWS)
+		BX_DTYPES(1)
+	else
+		BX_DTYPES(0)
+}
+
 /* ---- activation quantization ------------------------------------------------ */
 
 /* The steps of quant.c's q127 on 16 lanes: multiply, clamp (NaN -> -127, as
@@ -669,6 +753,7 @@ static const struct mm_kernels avx512_kernels = {
 	.cvt = cvt_avx512,
 	.dot_f32 = dot_f32_avx512,
 	.dot_w = dot_w_avx512,
+	.gemv_bx = gemv_bx_avx512,
 	.quant_act = quant_act_avx512,
 	.dot_q8 = dot_q8_avx512,
 	.dot_i8 = dot_i8_avx512,

@@ -30,6 +30,15 @@ struct mm_kernels {
 	 * dot itself. NULL when the path has none. */
 	void (*dot_w)(int nw, int nx, const struct kmat *w, int64_t r0, const float *x, int64_t ldx,
 		      float *y, int64_t ldy);
+	/* Broadcast GEMV for medium m (MM_TX < m <= MM_BX_LANES), NULL when the
+	 * path has none. xt is X transposed and zero-padded to MM_BX_LANES
+	 * columns: xt[k*MM_BX_LANES + j] = X[j][k] (0 for j >= m), k < cols.
+	 * Each weight of rows r0 .. r0+nv-1 (nv <= MM_BX_ROWS), converted to F32
+	 * once, is broadcast against the MM_BX_LANES X values at its k: one FMA
+	 * per weight whatever m is, no horizontal sums.
+	 * y[j*ldy + i] = sum_k W[r0+i][k] * X[j][k] for j < m, i < nv. */
+	void (*gemv_bx)(const struct kmat *w, int64_t r0, int nv, const float *xt, int m, float *y,
+			int64_t ldy);
 	/* Activation quantization, bit-identical to kcpu_quantize_act_q8_0
 	 * (per_block) / kcpu_quantize_act_i8 (same IEEE operations in the same
 	 * order); NULL: use those. */
@@ -71,6 +80,9 @@ struct mm_kernels {
 };
 
 #define MM_QNR 32 /* weight rows per packed int8 panel */
+#define MM_BX_LANES 16 /* X rows per broadcast GEMV (one zmm of F32) */
+#define MM_BX_ROWS 16  /* weight rows per broadcast GEMV call */
+
 
 const struct mm_kernels *mm_kernels_scalar(void);
 /* NULL when not built for this architecture. */

@@ -52,6 +52,29 @@ __device__ __forceinline__ void deq_f8x4(uint32_t v, float f[4])
 	f[3] = b.y;
 }
 
+// Eight F16 or BF16 values (a 16-byte load, lowest first) to floats.
+__device__ __forceinline__ void load8(uint4 raw, enum dtype dt, float f[8])
+{
+	const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 v;
+		if (dt == DT_BF16) {
+			__nv_bfloat162_raw r;
+			r.x = (unsigned short)(w[i] & 0xFFFFu);
+			r.y = (unsigned short)(w[i] >> 16);
+			v = __bfloat1622float2(__nv_bfloat162(r));
+		} else {
+			__half2_raw r;
+			r.x = (unsigned short)(w[i] & 0xFFFFu);
+			r.y = (unsigned short)(w[i] >> 16);
+			v = __half22float2(__half2(r));
+		}
+		f[2 * i] = v.x;
+		f[2 * i + 1] = v.y;
+	}
+}
+
 // ---- k_gemv_w8 ---------------------------------------------------------------
 //
 // One CTA = 8 warps; a warp owns RW consecutive output rows and a group of up
@@ -86,7 +109,7 @@ template <int WK, int TG>
 __global__ void __launch_bounds__(GEMV_THREADS)
 	gemv_w8_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
 		       int n, int k, const void *__restrict__ x, enum dtype x_dt, int t,
-		       float *__restrict__ y, int accumulate, int kc)
+		       float *__restrict__ y, int accumulate, int kc, int x_vec)
 {
 	constexpr int SPAN = gemv_span(WK);
 	constexpr int SB = 32 * SPAN;
@@ -114,13 +137,40 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 		const int nsteps = (klen + SB - 1) / SB;
 		const int kpad = nsteps * SB; // <= kc
 		__syncthreads(); // the previous chunk's readers are done
-		for (int i = threadIdx.x; i < tn * kpad; i += GEMV_THREADS) {
-			const int tt = i / kpad, j = i - tt * kpad;
-			const int sb = j / SB, in = j - sb * SB;
-			const int l = in / SPAN, e = in - l * SPAN;
-			const int pos = sb * SB + ((e >> 2) * 32 + l) * 4 + (e & 3);
-			xs[(size_t)tt * kc + pos] =
-				j < klen ? kcu_load(x, x_dt, (size_t)(t0 + tt) * k + kb + j) : 0.0f;
+		if (x_vec) {
+			// 8 values per 16-byte load; klen is a multiple of SPAN, so a
+			// vector is wholly inside or wholly past the chunk's end.
+			const int nv = kpad / 8;
+#pragma unroll 4
+			for (int i = threadIdx.x; i < tn * nv; i += GEMV_THREADS) {
+				const int tt = i / nv, j = (i - tt * nv) * 8;
+				float f[8];
+				if (j < klen) {
+					const uint4 raw = __ldg((const uint4 *)((const uint16_t *)x +
+										(size_t)(t0 + tt) * k + kb + j));
+					load8(raw, x_dt, f);
+				} else {
+#pragma unroll
+					for (int e = 0; e < 8; e++)
+						f[e] = 0.0f;
+				}
+				const int sb = j / SB, in = j - sb * SB;
+				const int l = in / SPAN, q = (in - l * SPAN) / 4;
+				float4 *o = xs4 + ((size_t)tt * kc + sb * SB) / 4 + l;
+				o[q * 32] = make_float4(f[0], f[1], f[2], f[3]);
+				o[(q + 1) * 32] = make_float4(f[4], f[5], f[6], f[7]);
+			}
+		} else {
+#pragma unroll 4
+			for (int i = threadIdx.x; i < tn * kpad; i += GEMV_THREADS) {
+				const int tt = i / kpad, j = i - tt * kpad;
+				const int sb = j / SB, in = j - sb * SB;
+				const int l = in / SPAN, e = in - l * SPAN;
+				const int pos = sb * SB + ((e >> 2) * 32 + l) * 4 + (e & 3);
+				xs[(size_t)tt * kc + pos] =
+					j < klen ? kcu_load(x, x_dt, (size_t)(t0 + tt) * k + kb + j)
+						 : 0.0f;
+			}
 		}
 		__syncthreads();
 
@@ -233,8 +283,12 @@ static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, i
 	const unsigned gy = (unsigned)((t + TG - 1) / TG);
 	if (gy > 65535)
 		return ERR_UNSUPPORTED;
+	// 16-byte loads of X: 16-bit values, rows (k a multiple of 16 here) and
+	// chunk starts 16-byte aligned when d_x is.
+	const int x_vec = x_dt != DT_F32 && ((uintptr_t)d_x & 15) == 0;
 	gemv_w8_kernel<WK, TG><<<dim3(gx, gy), GEMV_THREADS, smem, st>>>(
-		(const uint8_t *)d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y, accumulate, kc);
+		(const uint8_t *)d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y, accumulate, kc,
+		x_vec);
 	return kcu_launched("k_gemv_w8");
 }
 

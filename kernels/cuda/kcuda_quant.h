@@ -23,20 +23,39 @@ extern "C" {
 #endif
 
 /* Weight-only: reads each weight byte once per call, dequantizes in
- * registers, F32 accumulation; X is 16-bit (x_dt DT_F16 / DT_BF16). Built for
- * t <= 16; correct for any t. */
+ * registers, F32 accumulation; X is 16-bit (x_dt DT_F16 / DT_BF16; DT_F32
+ * is accepted too). Built for t <= 16 (one pass over W per 16 tokens, 8 for
+ * Q8_0); correct for any t up to 65535 * 8. On stream, asynchronously.
+ * DT_I8 / DT_F8_E4M3: k a multiple of 16 and d_w 16-byte aligned (else
+ * ERR_UNSUPPORTED); d_scale[n_scales] with n_scales 1 or n (else ERR_INVAL),
+ * or d_scale NULL for a scale of 1 (as the CPU). DT_Q8_0: the CPU's 34-byte
+ * blocks as they are (no repacked layout), k a multiple of 32 and d_w 2-byte
+ * aligned (else ERR_INVAL); d_scale ignored. Other w_dt: ERR_UNSUPPORTED.
+ * ERR_INVAL for NULL pointers, n, k or t <= 0, or an x_dt above. */
 int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
 	      int n_scales, int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
 	      int accumulate);
 
-/* Per-token (row) quantization of X [t, k] (x_dt 16-bit or F32) to q_dt
- * (DT_F8_E4M3: scale = amax / 448; DT_I8: scale = amax / 127), d_scale[t]. */
+/* Per-token (row) quantization of X [t, k] (x_dt 16-bit or F32) to q_dt,
+ * codes d_xq [t, k] (one byte each) and scales d_scale[t], bit for bit the
+ * CPU's rules (kernels/cpu/quant.c): DT_I8 as kcpu_quantize_act_i8
+ * (scale = amax / 127, q = round-to-nearest-even(x * (1 / scale)) clamped to
+ * [-127, 127]); DT_F8_E4M3 as kcpu_quantize_f8 per row (scale = amax / 448,
+ * q = fp8(x / scale), nearest even, saturating). An all-zero row gets scale
+ * 0 and codes 0. On stream. ERR_UNSUPPORTED for another q_dt. */
 int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k, enum dtype q_dt,
 		 void *d_xq, float *d_scale);
 
-/* W8A8 through cuBLASLt: Y = (Xq · Wq^T) * x_scale[row] * w_scale[col or 0].
- * DT_F8_E4M3 needs FP8 tensor cores (k_cuda_props.has_fp8; else
- * ERR_UNSUPPORTED); DT_I8 uses the INT32-accumulating integer GEMM. */
+/* W8A8 through cuBLASLt: Y[t, n] (+)= (Xq · Wq^T) * x_scale[row] *
+ * w_scale[col or 0], on the handle's stream (k_blas_stream), no allocation
+ * (capturable). Xq and x_scale come from k_quant_rows with the same dtype.
+ * DT_F8_E4M3 needs FP8 tensor cores (cc >= 8.9, asked once per device; else
+ * ERR_UNSUPPORTED); DT_I8 uses the INT32-accumulating integer GEMM. The
+ * GEMM runs with unit scales into a 4-byte accumulator (Y itself, or with
+ * accumulate != 0 row chunks of the handle's workspace) and a small kernel
+ * applies the scales. n and k multiples of 16 and d_w, d_xq, d_y 16-byte
+ * aligned (cuBLASLt's 8-bit kernels), else ERR_UNSUPPORTED; n_w_scales 1
+ * or n and non-NULL pointers, else ERR_INVAL. */
 int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt, const float *d_w_scale,
 		int n_w_scales, int n, int k, const void *d_xq, const float *d_x_scale, int t,
 		float *d_y, int accumulate);

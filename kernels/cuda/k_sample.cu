@@ -257,11 +257,20 @@ __device__ u64 radix_select(const float *l, const view &v, const filt &f, int m,
 			s.rhist[i] = 0;
 		__syncthreads();
 		u64 himask = shift == 56 ? 0ull : (~0ull << (shift + 8));
-		for (int i = threadIdx.x; i < v.n; i += NT) {
-			int32_t t = vat(v, i);
-			u64 k = ks_key(l, t);
-			if ((k & himask) == prefix && filt_ok(f, l, t, k))
-				atomicAdd(&s.rhist[(k >> shift) & 255u], 1u);
+		// Most candidates share the high bytes, so one bin gets nearly every
+		// increment: aggregate per warp first. The loop bound is the same for
+		// every thread, so all 32 lanes reach __match_any_sync.
+		for (int base = 0; base < v.n; base += NT) {
+			int i = base + (int)threadIdx.x, bin = -1;
+			if (i < v.n) {
+				int32_t t = vat(v, i);
+				u64 k = ks_key(l, t);
+				if ((k & himask) == prefix && filt_ok(f, l, t, k))
+					bin = (int)((k >> shift) & 255u);
+			}
+			unsigned peers = __match_any_sync(0xffffffffu, bin);
+			if (bin >= 0 && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
+				atomicAdd(&s.rhist[bin], (unsigned)__popc(peers));
 		}
 		__syncthreads();
 		if (threadIdx.x == 0) {

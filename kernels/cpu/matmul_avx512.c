@@ -402,6 +402,8 @@ INLINE512 __m512i load_q8_pair(const struct q8_0_block *b, int two)
 	return two ? _mm512_inserti64x4(lo, _mm256_loadu_si256((const void *)b[1].qs), 1) : lo;
 }
 
+#define MM_Q8_PF 32 /* blocks (1088 bytes) */
+
 INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *w, int64_t nb,
 			   const int8_t *xq, const float *xd, float *y, int64_t ldy)
 {
@@ -417,15 +419,17 @@ INLINE512 void dot_q8_tile(const int NW, const int NX, const struct q8_0_block *
 			acc[j][i] = _mm512_setzero_ps();
 	for (int64_t b = 0; b < nb; b += 2) {
 		const int two = b + 1 < nb;
+		/* decode streams weights from memory once: ask for each row
+		 * MM_Q8_PF blocks ahead, and near its end for the same row of
+		 * the next tile (rows are only 2-9 KB, too short for the
+		 * hardware prefetcher to ramp up on each) */
+		const int64_t pf = b + MM_Q8_PF < nb ? b + MM_Q8_PF : b + MM_Q8_PF + (NW - 1) * nb;
 		__m512i wv[MM_TW], corr[MM_TW];
 		__m512 dw[MM_TW];
 #pragma GCC unroll 4
 		for (int i = 0; i < NW; i++) {
 			const struct q8_0_block *p = w + i * nb + b;
-			/* decode streams weights from memory once: ask for the
-			 * next tile's rows (rows are only ~2 KB, too short for the
-			 * hardware prefetcher to ramp up on each) */
-			_mm_prefetch(addr_plus(p, (size_t)(NW * nb) * sizeof *p), _MM_HINT_T0);
+			_mm_prefetch(addr_plus(w + i * nb, (size_t)pf * sizeof *p), _MM_HINT_T0);
 			wv[i] = load_q8_pair(p, two);
 			corr[i] = _mm512_dpbusd_epi32(zero, c80, wv[i]);
 			/* both F16 scales in one register, converted together and
@@ -666,6 +670,10 @@ INLINE512 void gemm_q8_tile(const int MR, int64_t nb, const uint8_t *panel, cons
 		for (int q = 0; q < Q8_0_BLOCK / 4; q++) {
 			__m512i w0 = _mm512_load_si512((const void *)(pb + q * MM_QNR * 4));
 			__m512i w1 = _mm512_load_si512((const void *)(pb + q * MM_QNR * 4 + 64));
+			/* load once into registers: GCC would otherwise fold the
+			 * loads into each of the MR dpbusd and the kernel becomes
+			 * load-bound */
+			__asm__("" : "+v"(w0), "+v"(w1));
 #pragma GCC unroll 4
 			for (int i = 0; i < MR; i++) {
 				__m512i xb = bcast_word(xu + i * ldx + b * Q8_0_BLOCK + q * 4);
@@ -720,6 +728,7 @@ INLINE512 void gemm_i8_tile(const int MR, int64_t ng, const uint8_t *panel, cons
 	for (int64_t g = 0; g < ng; g++) {
 		__m512i w0 = _mm512_load_si512((const void *)(panel + g * MM_QNR * 4));
 		__m512i w1 = _mm512_load_si512((const void *)(panel + g * MM_QNR * 4 + 64));
+		__asm__("" : "+v"(w0), "+v"(w1)); /* see gemm_q8_tile */
 #pragma GCC unroll 4
 		for (int i = 0; i < MR; i++) {
 			__m512i xb = bcast_word(xu + i * ldx + g * 4);

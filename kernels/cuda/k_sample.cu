@@ -533,9 +533,11 @@ __device__ void walk_sorted(const float *l, float mx, int m, double target, int3
 	__syncthreads();
 }
 
-// sampler.c's truncate_top_p over v (mass = its mass), result in dst.
+// sampler.c's truncate_top_p over v (mass = its mass), result in dst. spare:
+// a list of vocab ids that is neither dst nor, unless it is v.ids itself,
+// in use (v.ids may be overwritten once v is no longer needed).
 __device__ void top_p(const float *l, view &v, float p, double mass, float mx, int32_t *dst,
-		      smem &s)
+		      int32_t *spare, smem &s)
 {
 	const double target = KS_DMUL((double)p, mass);
 	const filt all = { -1, mx, ~0ull };
@@ -599,14 +601,19 @@ __device__ void top_p(const float *l, view &v, float p, double mass, float mx, i
 		return; // rounding: the whole set is the nucleus
 	pred pr = { P_BUCKET_LT, 0.0f, mx, B };
 	compact(l, v, pr, dst, 0, s);
-	// the boundary bucket in order, SORT_MAX at a time, until target
+	// the boundary bucket alone (any order: it is selected by key), in place
+	// when spare is v's own list (safe: compact writes each chunk at or
+	// before where it read it, after reading it)
+	pr.kind = P_BUCKET_EQ;
+	const view seg = { spare, compact(l, v, pr, spare, 0, s) };
+	// its candidates in order, SORT_MAX at a time, until target
 	keep = nb + n_eq;
 	u64 upper = ~0ull;
 	for (int taken = 0; taken < n_eq;) {
 		int m = min(SORT_MAX, n_eq - taken);
 		filt f = { B, mx, upper };
-		T = radix_select(l, v, f, m, s);
-		gather_sorted(l, v, f, T, m, s);
+		T = radix_select(l, seg, f, m, s);
+		gather_sorted(l, seg, f, T, m, s);
 		walk_sorted(l, mx, m, target, dst, nb + taken, s);
 		int k = s.keep;
 		__syncthreads();
@@ -734,7 +741,9 @@ __device__ int32_t sample_truncated(const float *l, const k_sample_row &rw, int 
 	}
 	double mass = v.ids ? list_mass(l, v, mx, s) : total;
 	if (rw.top_p < 1.0f && v.n > 1) {
-		top_p(l, v, rw.top_p, mass, mx, v.ids == buf0 ? buf1 : buf0, s);
+		int32_t *dst = v.ids == buf0 ? buf1 : buf0;
+		int32_t *spare = v.ids ? (int32_t *)v.ids : (dst == buf0 ? buf1 : buf0);
+		top_p(l, v, rw.top_p, mass, mx, dst, spare, s);
 		mass = list_mass(l, v, mx, s);
 	}
 	double target = KS_DMUL(rw.u, mass);

@@ -76,6 +76,13 @@ struct batcher {
 	float *logits;
 	size_t logits_cap; /* floats */
 	float *row;        /* [vocab]: sampling modifies its input, forks share a row */
+	/* sampling on the engine's device (m.forward_sample): per logits row */
+	struct k_sample_row *srows;
+	struct sampler_device_lists slists;
+	int32_t *s_token, *s_rank, *s_top_ids;
+	float *s_logprob, *s_top_lp;
+	bool *s_live; /* the row's sequence draws and takes a token */
+	int s_cap;
 	struct buf piece, text;
 	struct bat_req *active;
 	struct evq pending; /* this step's events, published under the lock */
@@ -145,6 +152,12 @@ static int model_engine_forward(void *ctx, const struct engine_batch *b, float *
 	return engine_forward(ctx, b, logits);
 }
 
+static int model_engine_forward_sample(void *ctx, const struct engine_batch *b,
+                                       struct k_sample_args *a)
+{
+	return engine_forward_sample(ctx, b, a);
+}
+
 static int model_engine_copy(void *ctx, const int32_t *src, const int32_t *dst, int n)
 {
 	return engine_copy_blocks(ctx, src, dst, n);
@@ -155,7 +168,13 @@ void bat_model_engine(struct bat_model *m, struct engine *e, int vocab)
 	m->ctx = e;
 	m->vocab = vocab;
 	m->forward = model_engine_forward;
+	m->forward_sample = engine_samples_on_device(e) ? model_engine_forward_sample : NULL;
 	m->copy_blocks = model_engine_copy;
+}
+
+void bat_model_sample_in_engine(struct bat_model *m)
+{
+	m->forward_sample = model_engine_forward_sample;
 }
 
 /* ---- requests ---------------------------------------------------------------- */
@@ -378,19 +397,14 @@ static int choice_ready(struct batcher *b, struct bat_choice *c)
 
 /* ---- the step ------------------------------------------------------------------ */
 
-/* Sample, detokenize, match stop strings and emit for one sequence. Ends the
- * choice when generation says so; marks the request failed on errors. */
-static void process_token(struct batcher *b, struct bat_choice *c, const float *row)
+/* Detokenize, match stop strings and emit one sampled token of a sequence.
+ * Ends the choice when generation says so; marks the request failed on errors. */
+static void emit_token(struct batcher *b, struct bat_choice *c, const struct sample_result *sr)
 {
 	struct bat_req *r = c->req;
 	struct seq *q = c->seq;
-	memcpy(b->row, row, (size_t)b->m.vocab * sizeof(float));
-	struct sample_result res;
-	int rc = sampler_sample(&r->p, &c->ss, &b->scratch, b->row, b->m.vocab, &res);
-	if (rc) {
-		req_fail(r, rc, "sampling failed: no token can be sampled from these logits");
-		return;
-	}
+	const struct sample_result res = *sr;
+	int rc;
 	sched_append_token(b->sched, q, res.token);
 	if (!r->t_first_token)
 		r->t_first_token = clock_now_ns();
@@ -433,6 +447,20 @@ static void process_token(struct batcher *b, struct bat_choice *c, const float *
 		/* choice_end aborts the generation only if still running: done here. */
 		choice_end(b, c, c->gen.finish);
 	}
+}
+
+/* Sample one sequence's token from its logits row on the host, then emit it. */
+static void process_token(struct batcher *b, struct bat_choice *c, const float *row)
+{
+	struct bat_req *r = c->req;
+	memcpy(b->row, row, (size_t)b->m.vocab * sizeof(float));
+	struct sample_result res;
+	int rc = sampler_sample(&r->p, &c->ss, &b->scratch, b->row, b->m.vocab, &res);
+	if (rc) {
+		req_fail(r, rc, "sampling failed: no token can be sampled from these logits");
+		return;
+	}
+	emit_token(b, c, &res);
 }
 
 /* Fork the request's first sequence into its other choices. */
@@ -492,6 +520,112 @@ static int ensure_logits(struct batcher *b, int n_logits)
 	return 0;
 }
 
+static int ensure_sample_rows(struct batcher *b, int n)
+{
+	if (n <= b->s_cap)
+		return 0;
+	const size_t top = (size_t)n * K_SAMPLE_MAX_TOP;
+	void *p[7] = {
+		realloc(b->srows, (size_t)n * sizeof(*b->srows)),
+		NULL, NULL, NULL, NULL, NULL, NULL,
+	};
+	if (p[0])
+		b->srows = p[0];
+	p[1] = realloc(b->s_token, (size_t)n * sizeof(int32_t));
+	if (p[1])
+		b->s_token = p[1];
+	p[2] = realloc(b->s_rank, (size_t)n * sizeof(int32_t));
+	if (p[2])
+		b->s_rank = p[2];
+	p[3] = realloc(b->s_top_ids, top * sizeof(int32_t));
+	if (p[3])
+		b->s_top_ids = p[3];
+	p[4] = realloc(b->s_logprob, (size_t)n * sizeof(float));
+	if (p[4])
+		b->s_logprob = p[4];
+	p[5] = realloc(b->s_top_lp, top * sizeof(float));
+	if (p[5])
+		b->s_top_lp = p[5];
+	p[6] = realloc(b->s_live, (size_t)n * sizeof(bool));
+	if (p[6])
+		b->s_live = p[6];
+	for (int i = 0; i < 7; i++)
+		if (!p[i])
+			return ERR_NOMEM;
+	b->s_cap = n;
+	return 0;
+}
+
+/* Sampling on the device is used for a step when the model offers it and
+ * every logits row belongs to exactly one ready choice (a row whose choices
+ * are about to be forked is sampled once per choice: host path). */
+static bool device_sampling(const struct batcher *b, const struct sched_step *st)
+{
+	if (!b->m.forward_sample || st->n_logits == 0)
+		return false;
+	for (int i = 0; i < st->n_logits; i++) {
+		const struct seq *q = st->seqs[st->logits_seq[i]];
+		const struct bat_choice *c = q->owner;
+		if (q->n_fork_pending > 0 || (!c->req->failed && !c->ready))
+			return false;
+	}
+	return true;
+}
+
+/* One k_sample_row per logits row, drawing each live sequence's u exactly
+ * where sampler_sample would; rows of failed or finished choices are greedy
+ * placeholders whose result is ignored. */
+static int build_sample_rows(struct batcher *b, const struct sched_step *st,
+                             struct k_sample_args *a)
+{
+	int rc = ensure_sample_rows(b, st->n_logits);
+	if (rc)
+		return rc;
+	sampler_device_lists_reset(&b->slists);
+	for (int i = 0; i < st->n_logits && !rc; i++) {
+		struct bat_choice *c = st->seqs[st->logits_seq[i]]->owner;
+		b->s_live[i] = !c->req->failed && c->seq && !c->finished;
+		if (b->s_live[i]) {
+			rc = sampler_device_row(&c->req->p, &c->ss, b->m.vocab, &b->srows[i], &b->slists);
+			continue;
+		}
+		const int32_t np = b->slists.n_pen, nb = b->slists.n_bias, nn = b->slists.n_ban;
+		b->srows[i] = (struct k_sample_row){.inv_temperature = 1.0f, .top_p = 1.0f,
+		                                    .repetition_penalty = 1.0f, .n_logprobs = -1,
+		                                    .greedy = 1, .pen_begin = np, .pen_end = np,
+		                                    .bias_begin = nb, .bias_end = nb,
+		                                    .ban_begin = nn, .ban_end = nn};
+	}
+	*a = (struct k_sample_args){.n_rows = st->n_logits,
+	                            .vocab = b->m.vocab,
+	                            .rows = b->srows,
+	                            .pen = b->slists.n_pen ? b->slists.pen : NULL,
+	                            .bias = b->slists.n_bias ? b->slists.bias : NULL,
+	                            .ban = b->slists.n_ban ? b->slists.ban : NULL,
+	                            .token = b->s_token,
+	                            .logprob = b->s_logprob,
+	                            .rank = b->s_rank,
+	                            .top_ids = b->s_top_ids,
+	                            .top_logprobs = b->s_top_lp};
+	return rc;
+}
+
+/* The device's token for logits row i: record it in the sequence's sampler
+ * state and emit it. */
+static void take_device_token(struct batcher *b, struct bat_choice *c, int i)
+{
+	struct bat_req *r = c->req;
+	struct sample_result res;
+	int rc = sampler_device_finish(&r->p, &c->ss, b->s_token[i], b->s_logprob[i], b->s_rank[i],
+	                               b->s_top_ids + (size_t)i * K_SAMPLE_MAX_TOP,
+	                               b->s_top_lp + (size_t)i * K_SAMPLE_MAX_TOP, &res);
+	if (rc) {
+		req_fail(r, rc, "sampling failed: no token can be sampled from these logits");
+		return;
+	}
+	emit_token(b, c, &res);
+}
+
 static void snapshot(struct batcher *b);
 
 static void run_step(struct batcher *b)
@@ -512,14 +646,17 @@ static void run_step(struct batcher *b)
 		}
 		return;
 	}
+	const bool dev = rc == 0 && device_sampling(b, st);
+	struct k_sample_args sa;
 	if (rc == 0)
-		rc = ensure_logits(b, st->n_logits);
+		rc = dev ? build_sample_rows(b, st, &sa) : ensure_logits(b, st->n_logits);
 	if (rc == 0 && st->n_copies > 0)
 		rc = b->m.copy_blocks(b->m.ctx, st->copy_src, st->copy_dst, st->n_copies);
 	if (rc == 0) {
 		struct engine_batch eb;
 		sched_step_batch(st, &eb);
-		rc = b->m.forward(b->m.ctx, &eb, b->logits);
+		rc = dev ? b->m.forward_sample(b->m.ctx, &eb, &sa)
+		         : b->m.forward(b->m.ctx, &eb, b->logits);
 	}
 	if (rc) {
 		log_error("batch", "engine step failed (%s): failing %d sequences' requests",
@@ -535,6 +672,15 @@ static void run_step(struct batcher *b)
 		struct bat_choice *c0 = q->owner;
 		if (c0->req->failed)
 			continue;
+		if (dev) { /* one choice per row (device_sampling) */
+			if (b->s_live[i])
+				take_device_token(b, c0, i);
+			if (!c0->req->failed && c0->req->n_finished == c0->req->n) {
+				active_unlink(b, c0->req);
+				emit_end(b, c0->req);
+			}
+			continue;
+		}
 		const float *row = b->logits + (size_t)i * (size_t)b->m.vocab;
 		int n_group = 1;
 		if (q->n_fork_pending > 0) {
@@ -710,6 +856,7 @@ int bat_create(const struct bat_opts *o, const struct bat_model *m, struct batch
 	b->o.eos_ids = b->eos;
 	buf_init(&b->piece);
 	buf_init(&b->text);
+	sampler_device_lists_init(&b->slists);
 	pthread_mutex_init(&b->mu, NULL);
 	pthread_cond_init(&b->cv, NULL);
 	struct kv_opts ko = {.n_blocks = o->n_kv_blocks,
@@ -765,6 +912,14 @@ void bat_destroy(struct batcher *b)
 	free(b->cancels);
 	free(b->logits);
 	free(b->row);
+	sampler_device_lists_deinit(&b->slists);
+	free(b->srows);
+	free(b->s_token);
+	free(b->s_rank);
+	free(b->s_top_ids);
+	free(b->s_logprob);
+	free(b->s_top_lp);
+	free(b->s_live);
 	buf_deinit(&b->piece);
 	buf_deinit(&b->text);
 	pthread_mutex_destroy(&b->mu);

@@ -48,11 +48,19 @@ struct bat_model {
 	int vocab;
 	/* logits: [b->n_logits, vocab] */
 	int (*forward)(void *ctx, const struct engine_batch *b, float *logits);
+	/* Optional: a step plus sampling in the engine (engine_forward_sample;
+	 * host arrays in a). Used for steps where every logits row has one
+	 * choice; others go through forward + the host sampler. */
+	int (*forward_sample)(void *ctx, const struct engine_batch *b, struct k_sample_args *a);
 	int (*copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int n);
 };
 
-/* Wrap an engine (borrowed) built with the same block_size / n_kv_blocks. */
+/* Wrap an engine (borrowed) built with the same block_size / n_kv_blocks.
+ * forward_sample is set when the engine samples on its device. */
 void bat_model_engine(struct bat_model *m, struct engine *e, int vocab);
+/* Use engine_forward_sample even where the engine samples on the host (its
+ * reference of the device chain): tests of the device path without a GPU. */
+void bat_model_sample_in_engine(struct bat_model *m);
 
 struct bat_opts {
 	int block_size;             /* --block-size (16) */

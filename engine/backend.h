@@ -33,6 +33,11 @@ struct backend_ops {
 	/* Greedy pick over n_rows rows of logits [n_rows, vocab] (already on the
 	 * host for CPU); tokens_out[n_rows]. Richer sampling is engine/sampling. */
 	int (*sample)(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out);
+	/* Optional (NULL: the engine runs forward, then k_sample_ref on the host):
+	 * a step, then the sampling chain on the device for every logits row;
+	 * a's arrays are host pointers (see engine_forward_sample). */
+	int (*forward_sample)(struct backend *b, const struct engine_batch *batch,
+			      struct k_sample_args *a);
 	/* Copy whole blocks src[i] -> dst[i] in every layer (ids already checked). */
 	int (*copy_blocks)(struct backend *b, const int32_t *src, const int32_t *dst, int n);
 	void (*free)(struct backend *b);

@@ -46,11 +46,13 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/sample_ref.h"
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_attn.h"
 #include "kernels/cuda/kcuda_gemm.h"
 #include "kernels/cuda/kcuda_ops.h"
 #include "kernels/cuda/kcuda_quant.h"
+#include "kernels/cuda/kcuda_sample.h"
 
 #define LOGIT_ROWS 256	/* logits rows per LM-head pass */
 #define GRAPH_MAX 256	/* largest decode batch captured in a graph */
@@ -115,6 +117,13 @@ struct cuda_backend {
 
 	void *graphs[N_GRAPH_SIZES];
 	bool graphs_ok; /* capture failed once: stay eager */
+
+	/* device sampling: inputs and outputs, grown on demand (never inside a
+	 * capture: sampling runs after the graph) */
+	struct cu_buf {
+		void *d;
+		size_t cap;
+	} s_rows, s_pen, s_bias, s_ban, s_out, s_ws;
 };
 
 static int dalloc(struct cuda_backend *cb, size_t bytes, void **out)
@@ -644,6 +653,8 @@ static int forward_graph(struct cuda_backend *cb, const struct engine_batch *b, 
 	}
 	if ((rc = k_cuda_graph_launch(cb->graphs[gi], cb->stream)))
 		return rc;
+	if (!logits)
+		return 0; /* the caller samples on the device: rows 0..n-1 of cb->logits */
 	/* rows needing logits, in order: decode batches ask for every row, but
 	 * copy exactly the ones asked for */
 	const size_t row = (size_t)cb->cfg.vocab * sizeof(float);
@@ -699,6 +710,113 @@ static int cu_forward(struct backend *be, const struct engine_batch *b, float *l
 	return rc;
 }
 
+/* ---- sampling on the device ------------------------------------------------------ */
+
+static int cu_buf_fit(struct cu_buf *b, size_t bytes)
+{
+	if (bytes <= b->cap)
+		return 0;
+	size_t cap = bytes + bytes / 2 + 4096;
+	k_cuda_free(b->d);
+	b->d = NULL;
+	b->cap = 0;
+	int rc = k_cuda_malloc(&b->d, cap);
+	if (!rc)
+		b->cap = cap;
+	return rc;
+}
+
+static int cu_buf_put(struct cuda_backend *cb, struct cu_buf *b, const void *host, size_t bytes)
+{
+	int rc = cu_buf_fit(b, bytes ? bytes : 16);
+	return rc ? rc : k_cuda_memcpy_h2d_async(cb->stream, b->d, host, bytes);
+}
+
+static bool identity_rows(const struct engine_batch *b)
+{
+	for (int i = 0; i < b->n_logits; i++)
+		if (b->logits_rows[i] != i)
+			return false;
+	return true;
+}
+
+/* The step with the logits left on the device (cb->logits, rows in
+ * logits_rows order), then k_sample over them; only the sampled tokens and
+ * the logprobs asked for come back. More logits rows than one LM-head pass
+ * holds: logits come to the host and the reference samples there. */
+static int cu_forward_sample(struct backend *be, const struct engine_batch *b,
+			     struct k_sample_args *a)
+{
+	struct cuda_backend *cb = (struct cuda_backend *)be;
+	const int n = b->n_logits, V = cb->cfg.vocab;
+	int rc;
+	if (n > LOGIT_ROWS) {
+		float *l = malloc((size_t)n * (size_t)V * sizeof(float));
+		if (!l)
+			return ERR_NOMEM;
+		struct k_sample_args h = *a;
+		h.logits = l;
+		rc = cu_forward(be, b, l);
+		if (!rc)
+			rc = k_sample_ref(&h, NULL);
+		free(l);
+		return rc;
+	}
+	if (n == 0)
+		return cu_forward(be, b, NULL);
+	if (graph_eligible(cb, b) && identity_rows(b)) {
+		rc = forward_graph(cb, b, NULL);
+		if (rc == ERR_DEVICE) {
+			log_warn("cuda", "CUDA graph capture failed (%s); running decode steps eagerly",
+				 k_cuda_last_error());
+			cb->graphs_ok = false;
+			drop_graphs(cb);
+			k_cuda_stream_sync(cb->stream);
+		}
+	} else {
+		rc = ERR_STATE; /* eager below */
+	}
+	if (rc) {
+		int max_rows, max_ctx;
+		if ((rc = stage(cb, b, 0, &max_rows, &max_ctx)) ||
+		    (rc = run_layers(cb, b->n_tokens, b->n_seqs, max_rows, max_ctx, max_rows == 1,
+				     n)))
+			return rc;
+	}
+	/* inputs */
+	const size_t top = (size_t)n * K_SAMPLE_MAX_TOP;
+	const size_t n_pen = a->pen ? (size_t)a->rows[n - 1].pen_end : 0;
+	const size_t n_bias = a->bias ? (size_t)a->rows[n - 1].bias_end : 0;
+	const size_t n_ban = a->ban ? (size_t)a->rows[n - 1].ban_end : 0;
+	size_t ws = k_sample_workspace_bytes(n, V);
+	if ((rc = cu_buf_put(cb, &cb->s_rows, a->rows, (size_t)n * sizeof *a->rows)) ||
+	    (rc = cu_buf_put(cb, &cb->s_pen, a->pen, n_pen * sizeof *a->pen)) ||
+	    (rc = cu_buf_put(cb, &cb->s_bias, a->bias, n_bias * sizeof *a->bias)) ||
+	    (rc = cu_buf_put(cb, &cb->s_ban, a->ban, n_ban * sizeof *a->ban)) ||
+	    (rc = cu_buf_fit(&cb->s_ws, ws)) ||
+	    (rc = cu_buf_fit(&cb->s_out, (size_t)n * 12 + top * 8)))
+		return rc;
+	/* outputs: token, logprob, rank [n] each, then top ids and logprobs */
+	char *o = cb->s_out.d;
+	struct k_sample_args d = {
+		.logits = cb->logits, .n_rows = n, .vocab = V, .rows = cb->s_rows.d,
+		.pen = n_pen ? cb->s_pen.d : NULL, .bias = n_bias ? cb->s_bias.d : NULL,
+		.ban = n_ban ? cb->s_ban.d : NULL, .workspace = cb->s_ws.d,
+		.workspace_bytes = cb->s_ws.cap, .token = (int32_t *)o,
+		.logprob = (float *)(o + (size_t)n * 4), .rank = (int32_t *)(o + (size_t)n * 8),
+		.top_ids = (int32_t *)(o + (size_t)n * 12),
+		.top_logprobs = (float *)(o + (size_t)n * 12 + top * 4),
+	};
+	if ((rc = k_sample(cb->stream, &d)) ||
+	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->token, d.token, (size_t)n * 4)) ||
+	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->logprob, d.logprob, (size_t)n * 4)) ||
+	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->rank, d.rank, (size_t)n * 4)) ||
+	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->top_ids, d.top_ids, top * 4)) ||
+	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->top_logprobs, d.top_logprobs, top * 4)))
+		return rc;
+	return k_cuda_stream_sync(cb->stream);
+}
+
 static int cu_sample(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out)
 {
 	struct cuda_backend *cb = (struct cuda_backend *)b;
@@ -720,6 +838,10 @@ static void cu_free(struct backend *b)
 		k_cuda_free(cb->allocs[i]);
 	free(cb->allocs);
 	k_cuda_free(cb->kv);
+	struct cu_buf *bufs[] = { &cb->s_rows, &cb->s_pen, &cb->s_bias, &cb->s_ban, &cb->s_out,
+				  &cb->s_ws };
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		k_cuda_free(bufs[i]->d);
 	k_cuda_host_free(cb->h_meta);
 	k_cuda_host_free(cb->h_logits);
 	k_cuda_stream_destroy(cb->stream);
@@ -731,6 +853,7 @@ static const struct backend_ops cuda_ops = {
 	.name = "cuda",
 	.alloc_kv = cu_alloc_kv,
 	.forward = cu_forward,
+	.forward_sample = cu_forward_sample,
 	.sample = cu_sample,
 	.copy_blocks = cu_copy_blocks,
 	.free = cu_free,

@@ -8,11 +8,15 @@
 
 #include "common/checked.h"
 #include "engine/backend.h"
+#include "kernels/cpu/sample_ref.h"
+#include "kernels/cuda/kcuda_sample.h"
 
 struct engine {
 	const struct model *m;
 	struct engine_opts opts; /* n_kv_blocks as created, device resolved */
 	struct backend *be;
+	float *logits; /* host logits for engine_forward_sample without a device */
+	size_t logits_cap;
 };
 
 static int check_opts(const struct engine_opts *o, struct diag *d)
@@ -93,6 +97,7 @@ void engine_destroy(struct engine *e)
 		return;
 	if (e->be)
 		e->be->ops->free(e->be);
+	free(e->logits);
 	free(e);
 }
 
@@ -160,6 +165,43 @@ int engine_forward(struct engine *e, const struct engine_batch *b, float *logits
 	if (b->n_logits > 0 && !logits)
 		return ERR_INVAL;
 	return e->be->ops->forward(e->be, b, logits);
+}
+
+bool engine_samples_on_device(const struct engine *e)
+{
+	return e && e->be->ops->forward_sample;
+}
+
+int engine_forward_sample(struct engine *e, const struct engine_batch *b,
+			  struct k_sample_args *a)
+{
+	if (!e || !a)
+		return ERR_INVAL;
+	int rc = check_batch(e, b);
+	if (rc)
+		return rc;
+	const int n = b->n_logits;
+	if (a->n_rows != n || a->vocab != e->m->cfg.vocab ||
+	    (n > 0 && (!a->rows || !a->token || !a->logprob || !a->rank || !a->top_ids ||
+		       !a->top_logprobs)))
+		return ERR_INVAL;
+	if (e->be->ops->forward_sample)
+		return e->be->ops->forward_sample(e->be, b, a);
+	size_t need;
+	if (ck_mul((size_t)(n > 0 ? n : 1), (size_t)a->vocab, &need))
+		return ERR_OVERFLOW;
+	if (need > e->logits_cap) {
+		float *l = realloc(e->logits, need * sizeof(float));
+		if (!l)
+			return ERR_NOMEM;
+		e->logits = l;
+		e->logits_cap = need;
+	}
+	if ((rc = e->be->ops->forward(e->be, b, e->logits)) || n == 0)
+		return rc;
+	struct k_sample_args h = *a;
+	h.logits = e->logits;
+	return k_sample_ref(&h, NULL);
 }
 
 int engine_sample_greedy(struct engine *e, const float *logits, int n_rows, int32_t *tokens_out)

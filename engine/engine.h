@@ -100,6 +100,24 @@ void engine_destroy(struct engine *e);
  * of range; the KV pool is untouched then. */
 int engine_forward(struct engine *e, const struct engine_batch *b, float *logits);
 
+struct k_sample_args; /* kernels/cuda/kcuda_sample.h (a plain C header) */
+
+/* True when the backend samples on its device: engine_forward_sample then
+ * moves only tokens and logprobs, not logits, to the host (CUDA). */
+bool engine_samples_on_device(const struct engine *e);
+
+/* One step like engine_forward, then the sampling chain of
+ * kernels/cuda/kcuda_sample.h on each of the b->n_logits rows, row i with
+ * a->rows[i]. a's arrays are HOST pointers (rows, pen, bias, ban in; token,
+ * logprob, rank, top_ids, top_logprobs out, n_logits rows each); a->n_rows
+ * must be b->n_logits and a->vocab the model's; a->logits and a->workspace
+ * are the engine's business and ignored. The CUDA backend samples on the
+ * device (k_sample); the CPU runs the reference (k_sample_ref) on its logits,
+ * so both give the same tokens. Build rows with sampler_device_row and read
+ * results with sampler_device_finish (engine/sampler.h). */
+int engine_forward_sample(struct engine *e, const struct engine_batch *b,
+			  struct k_sample_args *a);
+
 /* Greedy sampling: tokens_out[i] = argmax of row i of logits [n_rows, vocab]. */
 int engine_sample_greedy(struct engine *e, const float *logits, int n_rows, int32_t *tokens_out);
 

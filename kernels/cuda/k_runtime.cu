@@ -21,7 +21,9 @@ extern "C" int k_cuda_props(int device, struct k_cuda_props *out)
 	if (rc)
 		return rc;
 	memset(out, 0, sizeof *out);
-	snprintf(out->name, sizeof out->name, "%s", p.name);
+	size_t n = strnlen(p.name, sizeof out->name - 1); // device names are short
+	memcpy(out->name, p.name, n);
+	out->name[n] = 0;
 	out->cc_major = p.major;
 	out->cc_minor = p.minor;
 	out->n_sms = p.multiProcessorCount;

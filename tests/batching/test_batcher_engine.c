@@ -8,6 +8,7 @@
  * tokens when nothing was cut by a stop string.
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,10 +72,13 @@ static void fixture_deinit(struct fixture *f)
 	rmdir(f->dir);
 }
 
-static struct batcher *make_batcher(struct fixture *f, struct waiter *w, int max_seqs, bool cache)
+static struct batcher *make_batcher_x(struct fixture *f, struct waiter *w, int max_seqs,
+                                      bool cache, bool sample_in_engine)
 {
 	struct bat_model bm;
 	bat_model_engine(&bm, f->e, f->m->cfg.vocab);
+	if (sample_in_engine)
+		bat_model_sample_in_engine(&bm);
 	struct bat_opts o = {.block_size = BS,
 	                     .n_kv_blocks = 12,
 	                     .prefix_caching = cache,
@@ -92,6 +96,11 @@ static struct batcher *make_batcher(struct fixture *f, struct waiter *w, int max
 	struct diag d = {0};
 	ck_assert_msg(bat_create(&o, &bm, &b, &d) == 0, "%s", d.msg);
 	return b;
+}
+
+static struct batcher *make_batcher(struct fixture *f, struct waiter *w, int max_seqs, bool cache)
+{
+	return make_batcher_x(f, w, max_seqs, cache, false);
 }
 
 struct reqs {
@@ -214,12 +223,121 @@ START_TEST(test_batched_equals_alone)
 }
 END_TEST
 
+/* ---- sampling in the engine (the device path) == sampling on the host ---- */
+
+#define NS 12
+
+struct lp_log {
+	struct res *base; /* res[NS]: event user -> request index */
+	float lp[NS][RES_MAXT];
+	int rank[NS][RES_MAXT];
+	int32_t top[NS][RES_MAXT][5];
+	int n[NS];
+};
+
+static void log_lp(struct bat_event *ev, void *arg)
+{
+	struct lp_log *l = arg;
+	int i = (int)((struct res *)ev->user - l->base);
+	if (i < 0 || i >= NS || !ev->has_logprobs || ev->index != 0 || l->n[i] >= RES_MAXT)
+		return;
+	l->lp[i][l->n[i]] = ev->lp.logprob;
+	l->rank[i][l->n[i]] = ev->lp.rank;
+	for (int k = 0; k < 5; k++)
+		l->top[i][l->n[i]][k] = k < ev->lp.n_top ? ev->lp.top[k].token : -1;
+	l->n[i]++;
+}
+
+static void run_sampled(struct fixture *f, struct reqs *q, bool in_engine, struct res *out,
+                        struct lp_log *lp)
+{
+	static const struct sampler_logit_bias bias[2] = {{.token = 65, .bias = 3.0f},
+	                                                  {.token = 66, .bias = -100.0f}};
+	struct waiter w;
+	waiter_init(&w);
+	struct batcher *b = make_batcher_x(f, &w, 6, true, in_engine);
+	struct diag d = {0};
+	memset(lp, 0, sizeof(*lp));
+	lp->base = out;
+	for (int i = 0; i < NS; i++) {
+		res_init(&out[i], i == 5 ? 2 : 1);
+		struct bat_request br = request(q, i, &out[i]);
+		br.n = i == 5 ? 2 : 1; /* a fork: that step samples on the host */
+		br.params.temperature = 0.5f + 0.1f * (float)i;
+		br.params.top_k = i % 3 == 0 ? 0 : 5 + i;
+		br.params.top_p = i % 2 ? 0.9f : 1.0f;
+		br.params.min_p = i % 4 == 3 ? 0.05f : 0.0f;
+		br.params.repetition_penalty = i % 5 == 1 ? 1.2f : 1.0f;
+		br.params.frequency_penalty = i % 3 == 1 ? 0.4f : 0.0f;
+		br.params.presence_penalty = i % 3 == 2 ? -0.3f : 0.0f;
+		br.params.min_tokens = i % 4 == 0 ? 3 : 0;
+		br.params.logprobs = i % 6;
+		br.params.has_seed = true;
+		br.params.seed = 1000 + (uint64_t)i;
+		if (i % 4 == 2) {
+			br.params.logit_bias = bias;
+			br.params.n_logit_bias = 2;
+		}
+		if (i == 7)
+			br.params.temperature = 0; /* greedy among sampled ones */
+		ck_assert_msg(bat_submit(b, &br, &d) == 0, "%s", d.msg);
+	}
+	int ended = 0;
+	drain_until(b, &w, &ended, NS, 120, log_lp, lp);
+	bat_destroy(b);
+	waiter_deinit(&w);
+}
+
+START_TEST(test_sampling_in_engine_equals_host)
+{
+	struct fixture f;
+	fixture_init(&f);
+	struct reqs q;
+	make_requests(&f, &q);
+	static struct res host[NS], dev[NS];
+	static struct lp_log lh, ld;
+	run_sampled(&f, &q, false, host, &lh);
+	run_sampled(&f, &q, true, dev, &ld);
+	int n_tokens = 0;
+	for (int i = 0; i < NS; i++) {
+		ck_assert(host[i].done && dev[i].done);
+		for (int c = 0; c < host[i].n; c++) {
+			ck_assert_int_eq(host[i].n_toks[c], dev[i].n_toks[c]);
+			for (int j = 0; j < host[i].n_toks[c]; j++)
+				ck_assert_msg(host[i].toks[c][j] == dev[i].toks[c][j],
+				              "request %d choice %d token %d: host %d engine %d", i, c, j,
+				              host[i].toks[c][j], dev[i].toks[c][j]);
+			n_tokens += host[i].n_toks[c];
+			ck_assert_int_eq(host[i].fin[c], dev[i].fin[c]);
+		}
+		ck_assert_int_eq(lh.n[i], ld.n[i]);
+		for (int j = 0; j < lh.n[i]; j++) {
+			ck_assert_msg(fabsf(lh.lp[i][j] - ld.lp[i][j]) <= 1e-5f,
+			              "request %d token %d: logprob %g vs %g", i, j, lh.lp[i][j],
+			              ld.lp[i][j]);
+			ck_assert_int_eq(lh.rank[i][j], ld.rank[i][j]);
+			for (int k = 0; k < 5; k++)
+				ck_assert_int_eq(lh.top[i][j][k], ld.top[i][j][k]);
+		}
+		res_deinit(&host[i]);
+		res_deinit(&dev[i]);
+	}
+	fprintf(stderr, "sampling in the engine: %d tokens identical to the host sampler\n",
+	        n_tokens);
+	ck_assert_int_gt(n_tokens, 100);
+	for (int i = 0; i < N; i++)
+		free(q.prompt[i]);
+	fixture_deinit(&f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("batcher_engine");
 	TCase *tc = tcase_create("cpu");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_batched_equals_alone);
+	tcase_add_test(tc, test_sampling_in_engine_equals_host);
 	suite_add_tcase(s, tc);
 	return s;
 }

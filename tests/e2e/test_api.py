@@ -4,8 +4,10 @@ strings, n > 1, disconnects, concurrency and graceful shutdown. After each bad
 request a good one must still succeed. Run by meson (suite e2e)."""
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -13,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from aorta_server import Server, make_model  # noqa: E402
+from aorta_server import AORTA, Server, make_model  # noqa: E402
 
 TMP = tempfile.TemporaryDirectory()
 MODEL = None
@@ -481,6 +483,17 @@ class Shutdown(unittest.TestCase):
             f.write(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
         with self.assertRaises(RuntimeError):
             Server(bad)
+
+    def test_device_cuda_without_a_gpu_refuses_clearly(self):
+        # where a GPU is visible this is the CUDA engine's job (tests/gpu/run.sh)
+        if shutil.which("nvidia-smi") and subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+            self.skipTest("a GPU is visible")
+        p = subprocess.run([AORTA, "serve", "--model", MODEL, "--device", "cuda", "--port", "0"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--device cuda", p.stderr)
+        self.assertTrue("no CUDA device" in p.stderr or "no CUDA backend" in p.stderr, p.stderr)
 
 
 if __name__ == "__main__":

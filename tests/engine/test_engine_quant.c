@@ -2,7 +2,8 @@
  * model with realistic weight scales (1/sqrt(fan_in), LM head sharpened so
  * logits spread like a trained model's): top-1 agreement and mean
  * KL(p_f32 || p_quant) of the next-token distribution over every position of
- * a few prompts, for Q8_0, INT8 and FP8 (per-row scales, quantized by the
+ * 16 prompts of 128 tokens (2048 next-token predictions: one flip is 0.05%,
+ * the binomial spread of a 98% figure about 0.3%), for Q8_0, INT8 and FP8 (per-row scales, quantized by the
  * test from the same F32 master weights; the LM head of the INT8/FP8 models
  * stays F16 as in such checkpoints), F16/BF16 as a sanity floor, and
  * --quantization int8|fp8 at load when the conversion is built.
@@ -22,9 +23,10 @@
 #include "kernels/cpu/matmul.h"
 #include "tmodel.h"
 
-#define N_SEQ 8
-#define N_POS 64
+#define N_SEQ 16
+#define N_POS 128
 #define BS 16
+#define NBLK (N_POS / BS) /* KV blocks per sequence */
 
 static void config(struct model_config *c)
 {
@@ -41,33 +43,33 @@ static void config(struct model_config *c)
 /* Logits [N_SEQ * N_POS, vocab] of N_SEQ prompts prefilled in one batch. */
 static int all_logits(const struct model *m, enum dtype quant, float *out, struct diag *d)
 {
-	struct engine_opts o = { .n_threads = 2, .block_size = BS, .n_kv_blocks = N_SEQ * 4,
+	struct engine_opts o = { .n_threads = 2, .block_size = BS, .n_kv_blocks = N_SEQ * NBLK,
 				 .kv_dtype = DT_F32, .quantization = quant,
 				 .max_batch_tokens = N_SEQ * N_POS, .max_seqs = N_SEQ,
-				 .max_blocks_per_seq = 4 };
+				 .max_blocks_per_seq = NBLK };
 	struct engine *e;
 	int rc = engine_create(m, &o, &e, d);
 	if (rc)
 		return rc;
 	enum { T = N_SEQ * N_POS };
-	int32_t tok[T], pos[T], slots[T], rows[T], start[N_SEQ + 1], ctx[N_SEQ], table[N_SEQ * 4];
+	int32_t tok[T], pos[T], slots[T], rows[T], start[N_SEQ + 1], ctx[N_SEQ], table[N_SEQ * NBLK];
 	for (int s = 0; s < N_SEQ; s++) {
 		start[s] = s * N_POS;
 		ctx[s] = N_POS;
-		for (int j = 0; j < 4; j++)
-			table[s * 4 + j] = s * 4 + j;
+		for (int j = 0; j < NBLK; j++)
+			table[s * NBLK + j] = s * NBLK + j;
 		for (int i = 0; i < N_POS; i++) {
 			int r = s * N_POS + i;
 			tok[r] = (int32_t)((r * 2654435761u) % (unsigned)m->cfg.vocab);
 			pos[r] = i;
-			slots[r] = table[s * 4 + i / BS] * BS + i % BS;
+			slots[r] = table[s * NBLK + i / BS] * BS + i % BS;
 			rows[r] = r;
 		}
 	}
 	start[N_SEQ] = T;
 	struct engine_batch b = { .n_tokens = T, .tokens = tok, .positions = pos,
 				  .slot_mapping = slots, .n_seqs = N_SEQ, .seq_start = start,
-				  .context_len = ctx, .block_tables = table, .max_blocks_per_seq = 4,
+				  .context_len = ctx, .block_tables = table, .max_blocks_per_seq = NBLK,
 				  .n_logits = T, .logits_rows = rows };
 	rc = engine_forward(e, &b, out);
 	engine_destroy(e);
@@ -88,6 +90,26 @@ static void softmax(const float *x, int n, double *p)
 struct agree {
 	double top1, kl;
 };
+
+/* How peaked the reference's next-token distributions are: mean entropy
+ * (nats) and mean probability of the top token. */
+static void sharpness(const float *ref, int rows, int vocab, double *entropy, double *ptop)
+{
+	double *p = malloc(sizeof(double) * vocab);
+	*entropy = *ptop = 0;
+	for (int r = 0; r < rows; r++) {
+		softmax(ref + (size_t)r * vocab, vocab, p);
+		double h = 0, mx = 0;
+		for (int i = 0; i < vocab; i++) {
+			if (p[i] > 0)
+				h -= p[i] * log(p[i]);
+			mx = p[i] > mx ? p[i] : mx;
+		}
+		*entropy += h / rows;
+		*ptop += mx / rows;
+	}
+	free(p);
+}
 
 static struct agree compare(const float *ref, const float *got, int rows, int vocab)
 {
@@ -162,8 +184,11 @@ START_TEST(test_quantized_vs_f32)
 	double sd = 0;
 	for (size_t i = 0; i < (size_t)rows * c.vocab; i++)
 		sd += (double)ref[i] * ref[i];
-	printf("quant: reference F32 logits rms %.2f over %d positions, vocab %d\n",
-	       sqrt(sd / ((double)rows * c.vocab)), rows, c.vocab);
+	double ent, ptop;
+	sharpness(ref, rows, c.vocab, &ent, &ptop);
+	printf("quant: reference F32 logits rms %.2f over %d positions, vocab %d; next-token "
+	       "entropy %.2f nats, top-1 probability %.2f (means)\n",
+	       sqrt(sd / ((double)rows * c.vocab)), rows, c.vocab, ent, ptop);
 
 	/* goal: the project's target; floor: what this test enforces. On a random
 	 * model the top-1 margin is the gap between the two largest of ~2048
@@ -179,18 +204,24 @@ START_TEST(test_quantized_vs_f32)
 		{ DT_BF16, DT_F32, 0.99, 0.99, 2e-4 },
 		{ DT_Q8_0, DT_F32, 0.99, 0.975, 1e-3 },
 		{ DT_I8, DT_F32, 0.99, 0.975, 1.5e-3 },
-		{ DT_F8_E4M3, DT_F32, 0.97, 0.88, 2e-2 },
+		{ DT_F8_E4M3, DT_F32, 0.97, 0.95, 5e-3 },
 		{ DT_F16, DT_I8, 0.99, 0.975, 1.5e-3 },
-		{ DT_F16, DT_F8_E4M3, 0.97, 0.88, 2e-2 },
+		{ DT_F16, DT_F8_E4M3, 0.97, 0.95, 5e-3 },
 	};
 	int n_bad = 0; /* print every figure before failing */
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct model *q;
 		to.wdtype = cases[i].file;
 		/* INT8 / FP8 checkpoints (compressed-tensors, vLLM) keep the LM head
-		 * in 16 bits, as --quantization does; GGUF Q8_0 quantizes it too. */
+		 * in 16 bits, as --quantization does; GGUF Q8_0 quantizes it too
+		 * (and its token embeddings). */
 		to.head_dtype = cases[i].file == DT_I8 || cases[i].file == DT_F8_E4M3 ? DT_F16 : DT_F32;
 		ck_assert_int_eq(tmodel_create(&c, &to, &q), 0);
+		/* ... and their token embeddings too (an embedding row is a
+		 * lookup, not a matmul input; llm-compressor leaves embed_tokens
+		 * alone): share the reference's (m outlives q). */
+		if (cases[i].file == DT_I8 || cases[i].file == DT_F8_E4M3)
+			q->w.tok_embd = m->w.tok_embd;
 		int rc = all_logits(q, cases[i].load, got, &d);
 		char name[64];
 		snprintf(name, sizeof name, "%s%s%s", dtype_name(cases[i].file),

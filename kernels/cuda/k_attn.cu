@@ -137,10 +137,11 @@ __device__ __forceinline__ void zero8(float f[8])
 // ---- decode: one CTA per (row, kv head x head chunk, split) ------------------------
 //
 // A warp covers RPW positions at a time, LPR = HD / 8 lanes per position, each
-// lane holding 8 dims of K, V, the chunk's queries and accumulators. Every
-// subgroup of LPR lanes keeps its own running max/sum per query head; the CTA
-// merges its subgroups through shared memory and either writes the output
-// (one split) or a partial (max, sum, acc) for attn_merge_kernel.
+// lane holding 8 dims of K, V and the accumulators of up to DEC_HEADS query
+// heads (the queries sit in shared memory; K/V are prefetched one step ahead).
+// Every subgroup of LPR lanes keeps its own running max/sum per query head;
+// the CTA merges its subgroups through shared memory and either writes the
+// output (one split) or a partial (max, sum, acc) for attn_merge_kernel.
 
 template <int HD, typename KT>
 __global__ void __launch_bounds__(DEC_THREADS)
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 	__shared__ float sm_m[NSG][DEC_HEADS];
 	__shared__ float sm_l[NSG][DEC_HEADS];
 	__shared__ __align__(16) float sm_acc[NSG][DEC_HEADS][HD];
+	__shared__ __align__(16) float sm_q[DEC_HEADS][HD];
 
 	const int r = blockIdx.x;
 	const int kvh = blockIdx.y / g.n_hchunks;
@@ -173,44 +175,66 @@ __global__ void __launch_bounds__(DEC_THREADS)
 	const int d0 = li * 8;
 	const size_t qkv_row = (size_t)r * (size_t)a.n_heads * HD; // q and out row start
 
-	float q[DEC_HEADS][8], acc[DEC_HEADS][8], m[DEC_HEADS], l[DEC_HEADS];
+	// the chunk's queries in shared memory (registers go to acc and the
+	// prefetched K/V, so that more CTAs fit on an SM)
+	for (int e = tid; e < DEC_HEADS * (HD / 4); e += DEC_THREADS) {
+		const int h = e / (HD / 4), d = (e % (HD / 4)) * 4;
+		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (h < ng)
+			x = *reinterpret_cast<const float4 *>(a.q + qkv_row + (size_t)(h0 + h) * HD + d);
+		*reinterpret_cast<float4 *>(&sm_q[h][d]) = x;
+	}
+	__syncthreads();
+
+	float acc[DEC_HEADS][8], m[DEC_HEADS], l[DEC_HEADS];
 #pragma unroll
 	for (int h = 0; h < DEC_HEADS; h++) {
 		m[h] = -INFINITY;
 		l[h] = 0.0f;
 		zero8(acc[h]);
-		if (h < ng)
-			load8(a.q + qkv_row + (size_t)(h0 + h) * HD + d0, q[h]);
-		else
-			zero8(q[h]);
 	}
 
 	const int32_t *table = a.block_tables + (size_t)a.row_seq[r] * a.max_blocks_per_seq;
 	const KT *kc = (const KT *)a.k_cache;
 	const KT *vc = (const KT *)a.v_cache;
-	// t0 is warp-uniform, so every lane of a warp runs the same iterations
-	// and the full-mask shuffles below always see 32 active lanes.
-	for (int t0 = t_begin + warp * RPW; t0 < t_end; t0 += NWARP * RPW) {
-		const int t = t0 + sub;
-		const bool valid = t < t_end;
-		float k[8], v[8];
-		if (valid) {
-			const size_t off =
-				kv_off(table, t, a.block_size, a.n_kv_heads, kvh, HD) + d0;
+	constexpr int STEP = NWARP * RPW;
+	// K/V of position t into k, v (zeros past the split's end)
+	auto load_kv = [&](int t, float k[8], float v[8]) {
+		if (t < t_end) {
+			const size_t off = kv_off(table, t, a.block_size, a.n_kv_heads, kvh, HD) + d0;
 			load8(kc + off, k);
 			load8(vc + off, v);
 		} else {
 			zero8(k);
 			zero8(v);
 		}
+	};
+	float kn[8], vn[8]; // the next position's K/V, loaded one step ahead
+	load_kv(t_begin + warp * RPW + sub, kn, vn);
+	// t0 is warp-uniform, so every lane of a warp runs the same iterations
+	// and the full-mask shuffles below always see 32 active lanes.
+	for (int t0 = t_begin + warp * RPW; t0 < t_end; t0 += STEP) {
+		const int t = t0 + sub;
+		const bool valid = t < t_end;
+		float k[8], v[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			k[i] = kn[i], v[i] = vn[i];
+		load_kv(t + STEP, kn, vn);
 #pragma unroll
 		for (int h = 0; h < DEC_HEADS; h++) {
 			if (h >= ng) // uniform over the CTA
 				continue;
-			float dot = 0.0f;
-#pragma unroll
-			for (int i = 0; i < 8; i++)
-				dot = fmaf(q[h][i], k[i], dot);
+			const float4 qa = *reinterpret_cast<const float4 *>(&sm_q[h][d0]);
+			const float4 qb = *reinterpret_cast<const float4 *>(&sm_q[h][d0 + 4]);
+			float dot = qa.x * k[0];
+			dot = fmaf(qa.y, k[1], dot);
+			dot = fmaf(qa.z, k[2], dot);
+			dot = fmaf(qa.w, k[3], dot);
+			dot = fmaf(qb.x, k[4], dot);
+			dot = fmaf(qb.y, k[5], dot);
+			dot = fmaf(qb.z, k[6], dot);
+			dot = fmaf(qb.w, k[7], dot);
 #pragma unroll
 			for (int o = LPR / 2; o > 0; o >>= 1)
 				dot += __shfl_xor_sync(0xffffffffu, dot, o);

@@ -90,17 +90,17 @@ static const float fp8_k_scale = 1.0f / 128.0f, fp8_v_scale = 0.01f;
 /* Tolerance, |got - ref| <= atol + rtol * |ref|. Both sides start from the
  * same values (the reference reads the pool's exact F32 values) and
  * accumulate in F32; |out| <= max |v| = 1. What differs: the order of the F32
- * sums (dots over head_dim, softmax sums and P·V over up to 4097 positions:
- * a random walk of ~sqrt(n) * 6e-8 ~ 4e-6, the reference's own sequential
- * sums included) and expf's last bits. atol = 1e-4 keeps a ~25x margin over
- * that, yet one position dropped or counted twice at context 4097 moves
- * outputs by ~p * |v - out| ~ 1e-4 .. 1e-3 and fails somewhere among the
- * thousands of outputs, and any smaller context fails by far. A 16-bit
- * output adds its own rounding, at most half an ulp: 2^-11 |x| for F16,
- * 2^-8 |x| for BF16 (so truncation, a full ulp, fails). */
+ * sums (dots over head_dim, softmax sums and P·V over up to 4097 positions)
+ * and expf's last bits (CUDA's expf is within 2 ulp): a few 1e-7 (the CPU
+ * emulation of these kernels measured at most 5.4e-7 over all cases).
+ * atol = 2e-5 keeps a ~40x margin over that, yet one position dropped or
+ * counted twice at context 4097 moves outputs by ~p * |v - out| ~ 1e-4 ..
+ * 1e-3, far more at shorter contexts. A 16-bit output adds its own rounding,
+ * at most half an ulp: 2^-11 |x| for F16, 2^-8 |x| for BF16 (so truncation,
+ * a full ulp, fails). */
 static void tol_for(enum dtype out_dt, float *atol, float *rtol)
 {
-	*atol = 1e-4f;
+	*atol = 2e-5f;
 	*rtol = out_dt == DT_F16 ? 1.01f / 2048.0f : out_dt == DT_BF16 ? 1.01f / 256.0f : 1e-5f;
 }
 
@@ -452,7 +452,7 @@ static void bench(void *stream)
 	for (int i = 0; i < n_blocks; i++)
 		tab[i] = (int32_t)(((long)i * 7919) % n_blocks);
 	for (int r = 0; r < n_pre; r++) {
-		pos[r] = r < n_dec ? ctx - 1 : r;
+		pos[r] = r; /* prefill positions: 0 .. n_pre - 1 */
 		rs[r] = r < n_dec ? r : 0;
 	}
 	int32_t ss_pre[2] = {0, n_pre};
@@ -462,8 +462,6 @@ static void bench(void *stream)
 	void *d_ss = kc_upload(ss_pre, sizeof ss_pre);
 	const size_t ws = k_attn_workspace_bytes(n_dec, nh, hd, ctx);
 	void *d_ws = kc_dev_alloc(ws);
-	for (int r = 0; r < n_pre; r++) /* prefill positions: 0 .. n_pre - 1 */
-		pos[r] = r;
 	int32_t *pos_dec = xmalloc((size_t)n_dec * sizeof(int32_t));
 	for (int r = 0; r < n_dec; r++)
 		pos_dec[r] = ctx - 1;

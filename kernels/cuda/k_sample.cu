@@ -777,12 +777,13 @@ __global__ void __launch_bounds__(NT) sample_kernel(k_sample_args a, size_t ws_s
 			}
 			continue;
 		}
-		double total = total_mass(l, vocab, mx, s);
+		const int n_lp = min(rw.n_logprobs, K_SAMPLE_MAX_TOP);
+		// the whole mass: for logprobs, and for the draw when nothing truncates
+		double total = n_lp >= 0 || !rw.greedy ? total_mass(l, vocab, mx, s) : 0.0;
 		if (!rw.greedy)
 			tok = sample_truncated(l, rw, vocab, mx, total, buf0, buf1, s);
 		float lp = 0.0f;
 		int rank = 0;
-		const int n_lp = min(rw.n_logprobs, K_SAMPLE_MAX_TOP);
 		if (tok >= 0 && n_lp >= 0) {
 			double logz = (double)mx + log(total);
 			float lt = l[tok];

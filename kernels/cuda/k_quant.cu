@@ -425,9 +425,11 @@ extern "C" int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int 
 // Without accumulate the GEMM writes into y itself (F32 or INT32, 4 bytes
 // either way) and the epilogue converts in place; with accumulate the
 // product goes to the handle's workspace in row chunks, so nothing is
-// allocated per call (graph capture works).
+// allocated per call (graph capture works). Fewer than 32 tokens are padded
+// to 32 in the workspace (w8a8_padded).
 
 #define LT_WS_ACCUM_BYTES ((size_t)8 << 20) // Lt's share when the rest is scratch
+#define W8A8_MIN_ROWS 32 // fewer tokens: padded (w8a8_padded)
 
 static int lt_check(cublasStatus_t s, const char *what)
 {
@@ -573,6 +575,36 @@ static int w8a8_epilogue(const struct lt_gemm *g, const void *d_acc, const float
 	return kcu_launched("k_gemm_w8a8 epilogue");
 }
 
+// Fewer than W8A8_MIN_ROWS tokens: cuBLASLt's integer kernels reject small
+// batches (PyTorch's _int_mm pads to 32 for the same reason) and FP8 ones
+// are not worth trusting there either, so Xq is copied into the workspace,
+// zero rows appended up to W8A8_MIN_ROWS (exact: zero rows add nothing), and
+// only the first t rows of the product go through the epilogue.
+static int w8a8_padded(struct lt_gemm *g, size_t ws_total, const void *d_xq,
+		       const float *d_x_scale, const float *d_w_scale, int n_w_scales, int t,
+		       float *d_y, int accumulate)
+{
+	const size_t xq_bytes = ((size_t)W8A8_MIN_ROWS * g->k + 255) / 256 * 256;
+	const size_t acc_bytes = (size_t)W8A8_MIN_ROWS * g->n * 4;
+	if (ws_total < LT_WS_ACCUM_BYTES + xq_bytes + acc_bytes)
+		return ERR_UNSUPPORTED;
+	g->ws_bytes = LT_WS_ACCUM_BYTES;
+	char *xq_pad = (char *)g->ws + LT_WS_ACCUM_BYTES;
+	void *acc = xq_pad + xq_bytes;
+	const size_t used = (size_t)t * g->k;
+	int rc = kcu_check(cudaMemcpyAsync(xq_pad, d_xq, used, cudaMemcpyDeviceToDevice, g->stream),
+			   "k_gemm_w8a8: copy Xq");
+	if (!rc)
+		rc = kcu_check(cudaMemsetAsync(xq_pad + used, 0,
+					       (size_t)W8A8_MIN_ROWS * g->k - used, g->stream),
+			       "k_gemm_w8a8: zero rows");
+	if (!rc)
+		rc = lt_matmul(g, xq_pad, W8A8_MIN_ROWS, acc);
+	if (!rc)
+		rc = w8a8_epilogue(g, acc, d_x_scale, d_w_scale, n_w_scales, t, d_y, accumulate);
+	return rc;
+}
+
 extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 			   const float *d_w_scale, int n_w_scales, int n, int k, const void *d_xq,
 			   const float *d_x_scale, int t, float *d_y, int accumulate)
@@ -606,6 +638,9 @@ extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 	if (!g.lt || !g.ws)
 		return ERR_INVAL;
 
+	if (t < W8A8_MIN_ROWS)
+		return w8a8_padded(&g, ws_total, d_xq, d_x_scale, d_w_scale, n_w_scales, t, d_y,
+				   accumulate);
 	if (!accumulate) {
 		// The 4-byte accumulator lands in y, converted in place.
 		g.ws_bytes = ws_total;

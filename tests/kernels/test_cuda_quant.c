@@ -13,8 +13,9 @@
  * k_gemm_w8a8: X -> k_quant_rows -> GEMM. INT8 against kcpu_matmul_ref_xq
  *   (exact int32 dot products, then the same F32 scaling: bit-exact expected);
  *   FP8 against a double product of the quantized operands. Per-row and
- *   per-tensor weight scales, accumulate 0 and 1, one case big enough that the
- *   accumulate path takes two row chunks; argument errors.
+ *   per-tensor weight scales, accumulate 0 and 1, T below 32 (padded in the
+ *   workspace) and above, one case big enough that the accumulate path takes
+ *   two row chunks; argument errors.
  */
 #include <math.h>
 #include <stdio.h>
@@ -129,8 +130,10 @@ static void free_weights(struct wmat *w)
 
 static size_t g_cases;
 
+/* misalign: X placed 2 bytes past a 16-byte boundary (the element-wise
+ * staging path instead of 16-byte loads). */
 static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, enum dtype x_dt,
-		      int accumulate)
+		      int accumulate, int misalign)
 {
 	struct wmat w;
 	make_weights(r, kind, n, k, &w);
@@ -148,7 +151,10 @@ static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, en
 
 	void *xp = kc_pack(x, nx, x_dt);
 	void *d_w = kc_upload(w.data, w.bytes);
-	void *d_x = kc_upload(xp, nx * (x_dt == DT_F32 ? 4 : 2));
+	const size_t xbytes = nx * (x_dt == DT_F32 ? 4 : 2);
+	char *d_xbuf = kc_dev_alloc(xbytes + 16);
+	void *d_x = d_xbuf + (misalign ? 2 : 0);
+	kc_ok(k_cuda_memcpy_h2d(d_x, xp, xbytes), "upload x");
 	float *d_s = w.scale ? kc_upload(w.scale, (size_t)w.m.n_scale * sizeof(float)) : NULL;
 	float *d_y = kc_dev_alloc(ny * sizeof(float));
 	if (accumulate)
@@ -174,13 +180,14 @@ static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, en
 		ref[i] /= s;
 	}
 	char what[160];
-	snprintf(what, sizeof what, "gemv %s N=%d K=%d T=%d x=%s acc=%d (/ sum|w||x|)",
-		 wkind_name[kind], n, k, t, dtype_name(x_dt), accumulate);
+	snprintf(what, sizeof what, "gemv %s N=%d K=%d T=%d x=%s%s acc=%d (/ sum|w||x|)",
+		 wkind_name[kind], n, k, t, dtype_name(x_dt), misalign ? " misaligned" : "",
+		 accumulate);
 	kc_compare(what, got, ref, ny, GEMV_TOL, 0.0f);
 	g_cases++;
 
 	kc_dev_free(d_w);
-	kc_dev_free(d_x);
+	kc_dev_free(d_xbuf);
 	kc_dev_free(d_s);
 	kc_dev_free(d_y);
 	free(xp);
@@ -214,12 +221,17 @@ static void test_gemv(struct kc_rng *r)
 				const int acc = (combo >> 1) & 1;
 				combo++;
 				gemv_case(r, (enum wkind)kind, shapes[s][0], shapes[s][1], ts[ti],
-					  x_dt, acc);
+					  x_dt, acc, 0);
 			}
 		}
 	}
-	/* F32 X, accepted too. */
-	gemv_case(r, W_I8_ROW, 48, 512, 5, DT_F32, 1);
+	/* F32 X (accepted too) and 16-bit X not 16-byte aligned: the
+	 * element-wise staging path, with K over one 48 KB chunk (T 1: two
+	 * chunks of 7168) and 16-token groups of 512 (T 16). */
+	gemv_case(r, W_I8_ROW, 48, 512, 5, DT_F32, 1, 0);
+	gemv_case(r, W_F8_ROW, 100, 14336, 1, DT_BF16, 0, 1);
+	gemv_case(r, W_Q8_0, 100, 4096, 16, DT_F16, 1, 1);
+	gemv_case(r, W_I8_TENSOR, 37, 1024, 16, DT_F32, 0, 0);
 }
 
 static void test_gemv_errors(void)
@@ -464,7 +476,9 @@ static void test_w8a8(struct kc_rng *r)
 
 	struct {
 		int n, k, t;
-	} shapes[] = {{256, 4096, 33}, {1008, 1024, 1}, {512, 2048, 64}, {64, 96, 7},
+	} shapes[] = {/* T < 32 goes through the padded path */
+		      {1008, 1024, 1}, {64, 96, 7}, {128, 256, 31},
+		      {256, 4096, 33}, {512, 2048, 64},
 		      /* accumulate: two row chunks of the 24 MiB scratch */
 		      {65536, 32, 112}};
 	const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);

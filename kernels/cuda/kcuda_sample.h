@@ -17,6 +17,13 @@
  *
  * Plain C, no CUDA header. One CTA per row (at most K_SAMPLE_MAX_CTAS CTAs;
  * each loops over rows), never synchronizes, so it can be graph-captured.
+ * No full sort: thresholds come from logit buckets and a radix select. Cost
+ * per row is a few passes over the vocabulary, except where sampler.c is
+ * itself sequential and the kernel replays it on one thread: top_k's heap
+ * (only candidates that beat the heap's root reach that thread: about
+ * k ln(vocab / k) for model logits, every one for logits sorted ascending)
+ * and, for top_k > 1024, the quickselect of the boundary bucket (the whole
+ * vocabulary when every logit is equal).
  */
 #ifndef AORTA_KERNELS_CUDA_KCUDA_SAMPLE_H
 #define AORTA_KERNELS_CUDA_KCUDA_SAMPLE_H

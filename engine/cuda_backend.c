@@ -424,9 +424,12 @@ static void drop_graphs(struct cuda_backend *cb)
 	}
 }
 
+/* FP8 E4M3 KV stores value / 1.0 (vLLM's scale when a checkpoint has none). */
+#define KV_FP8_SCALE 1.0f
+
 static bool kv_dtype_ok(enum dtype t)
 {
-	return t == DT_F16 || t == DT_BF16 || t == DT_F32;
+	return t == DT_F16 || t == DT_BF16 || t == DT_F32 || t == DT_F8_E4M3;
 }
 
 static int cu_alloc_kv(struct backend *b, int n_blocks, int block_size, enum dtype kv_dtype)
@@ -434,7 +437,7 @@ static int cu_alloc_kv(struct backend *b, int n_blocks, int block_size, enum dty
 	struct cuda_backend *cb = (struct cuda_backend *)b;
 	if (n_blocks <= 0 || block_size <= 0 || !kv_dtype_ok(kv_dtype))
 		return ERR_INVAL;
-	size_t esize = kv_dtype == DT_F32 ? 4 : 2, layer_bytes, total;
+	size_t esize = kv_dtype == DT_F32 ? 4 : kv_dtype == DT_F8_E4M3 ? 1 : 2, layer_bytes, total;
 	if (ck_mul((size_t)cb->cfg.n_kv_heads * (size_t)cb->cfg.head_dim, esize, &layer_bytes) ||
 	    ck_mul(layer_bytes, (size_t)n_blocks, &layer_bytes) ||
 	    ck_mul(layer_bytes, (size_t)block_size, &layer_bytes) ||
@@ -520,11 +523,12 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 			.n_rows = t, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
 			.head_dim = c->head_dim, .block_size = cb->block_size, .q = cb->q,
 			.k_cache = k_pool, .v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
+			.k_scale = KV_FP8_SCALE, .v_scale = KV_FP8_SCALE,
 		};
 		struct k_attn_args aa = {
 			.q = cb->q, .out = cb->attn, .out_dt = cb->gdt, .k_cache = k_pool,
-			.v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt, .k_scale = 1.0f,
-			.v_scale = 1.0f, .block_tables = dm + cb->meta.tables,
+			.v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
+			.k_scale = KV_FP8_SCALE, .v_scale = KV_FP8_SCALE, .block_tables = dm + cb->meta.tables,
 			.max_blocks_per_seq = cb->o.max_blocks_per_seq,
 			.positions = dm + cb->meta.positions, .row_seq = dm + cb->meta.row_seq,
 			.seq_start = dm + cb->meta.seq_start, .n_rows = t, .n_seqs = n_seqs,
@@ -910,8 +914,8 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 	if (!m->w.layers)
 		return diag_set(d, ERR_FORMAT, "model has no layers");
 	if (!kv_dtype_ok(opts->kv_dtype))
-		return diag_set(d, ERR_UNSUPPORTED, "KV dtype %s: the CUDA backend has f16, bf16 and "
-				"f32", dtype_name(opts->kv_dtype));
+		return diag_set(d, ERR_UNSUPPORTED, "KV dtype %s: the CUDA backend has f16, bf16, "
+				"f32 and fp8 (e4m3)", dtype_name(opts->kv_dtype));
 	const int hd = m->cfg.head_dim;
 	if (!(hd == 64 || hd == 128 || hd == 256))
 		return diag_set(d, ERR_UNSUPPORTED, "head_dim %d: the CUDA attention kernels support "

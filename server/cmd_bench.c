@@ -427,7 +427,8 @@ static int bench_engine(int argc, char **argv)
 		{ "vocab", CLI_INT, &vocab, "N", "synthetic: vocabulary (32000)" },
 		{ "threads", CLI_INT, &threads, "N", "worker threads (0 = all cores)" },
 		{ "kv-cache-dtype", CLI_STR, &kv_s, "T",
-		  "auto|f32|f16|bf16 (auto: f32 on CPU, the weights' 16-bit type on CUDA)" },
+		  "auto|f32|f16|bf16|fp8 (auto: f32 on CPU, the weights' 16-bit type on CUDA; fp8: "
+		  "CUDA)" },
 		{ "device", CLI_STR, &device_s, "D", "cpu|cuda|auto (default cpu)" },
 		{ "enforce-eager", CLI_BOOL, &eager, NULL, "CUDA: no CUDA graphs for decode" },
 		{ "hbm-gbs", CLI_DOUBLE, &hbm_gbs, "GB/s",
@@ -467,7 +468,7 @@ static int bench_engine(int argc, char **argv)
 		dev = engine_cuda_available() ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
 	if (dtype_parse(dtype_s, &wdt) || !(wdt == DT_F32 || wdt == DT_F16 || wdt == DT_BF16 ||
 					   wdt == DT_Q8_0) ||
-	    (strcmp(kv_s, "auto") && dtype_parse(kv_s, &kvdt))) {
+	    (strcmp(kv_s, "auto") && dtype_parse(!strcmp(kv_s, "fp8") ? "f8_e4m3" : kv_s, &kvdt))) {
 		fprintf(stderr, "bench engine: bad --dtype or --kv-cache-dtype\n");
 		return 2;
 	}

@@ -49,7 +49,8 @@ int cmd_serve(int argc, char **argv)
 		{ "enable-prefix-caching", CLI_BOOL, &c.enable_prefix_caching, NULL,
 		  "reuse KV blocks of shared prefixes (default on)" },
 		{ "kv-cache-dtype", CLI_STR, &c.kv_cache_dtype, "auto|f32|f16|bf16|fp8",
-		  "KV cache element type (default auto: f32 on CPU, the compute dtype on CUDA)" },
+		  "KV cache element type (default auto: f32 on CPU, the compute dtype on CUDA; "
+		  "fp8: E4M3 on CUDA, scale 1)" },
 		{ "quantization", CLI_STR, &c.quantization, "none|int8|fp8",
 		  "convert 16-bit weights at load (default none)" },
 		{ "chat-template", CLI_STR, &c.chat_template, "FILE",

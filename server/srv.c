@@ -457,13 +457,11 @@ static void load_work(uv_work_t *w)
 	const enum dtype gdt = compute_dtype_for(s->cfg.dtype, s->model);
 	enum dtype kvt = kv_dtype_for(s->cfg.kv_cache_dtype, cuda, gdt);
 	if (!strcmp(s->cfg.kv_cache_dtype, "fp8")) {
-		if (cuda) {
-			snprintf(s->load_error, sizeof s->load_error,
-				 "--kv-cache-dtype fp8 is not implemented yet (issue 10); use auto, "
-				 "f16 or bf16");
-			return;
-		}
-		log_warn("serve", "--kv-cache-dtype fp8 is a CUDA option; the CPU KV cache uses f32");
+		if (cuda)
+			kvt = DT_F8_E4M3; /* E4M3, scale 1 (vLLM's default without calibration) */
+		else
+			log_warn("serve", "--kv-cache-dtype fp8 is a CUDA option; the CPU KV cache "
+					  "uses f32");
 	}
 	int n_blocks = s->cfg.num_kv_blocks;
 	if (n_blocks <= 0 && !cuda) {

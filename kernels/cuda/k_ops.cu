@@ -6,6 +6,7 @@
 // test: tests/kernels/test_cuda_ops.c.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
@@ -304,6 +305,11 @@ __global__ void __launch_bounds__(QKV_WARPS * 32) qkv_rope_store_kernel(struct k
 		if (qo) {
 			qo[i0] = v0;
 			qo[i1] = v1;
+		} else if (a.kv_dt == DT_F8_E4M3) {
+			const float inv_s = kind == 1 ? 1.0f / a.k_scale : 1.0f / a.v_scale;
+			__nv_fp8_storage_t *c8 = (__nv_fp8_storage_t *)cache;
+			c8[kvo + (size_t)i0] = __nv_cvt_float_to_fp8(v0 * inv_s, __NV_SATFINITE, __NV_E4M3);
+			c8[kvo + (size_t)i1] = __nv_cvt_float_to_fp8(v1 * inv_s, __NV_SATFINITE, __NV_E4M3);
 		} else {
 			kcu_store(cache, a.kv_dt, kvo + (size_t)i0, v0);
 			kcu_store(cache, a.kv_dt, kvo + (size_t)i1, v1);
@@ -318,9 +324,11 @@ extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
 		return ERR_INVAL;
 	if (!a->q_norm != !a->k_norm || (a->q_norm && !(a->eps >= 0.0f)))
 		return ERR_INVAL;
-	int rc = check_dt(a->kv_dt);
+	int rc = a->kv_dt == DT_F8_E4M3 ? 0 : check_dt(a->kv_dt);
 	if (rc)
 		return rc;
+	if (a->kv_dt == DT_F8_E4M3 && !(a->k_scale > 0.0f && a->v_scale > 0.0f))
+		return ERR_INVAL;
 	const long long heads = (long long)a->n_heads + 2LL * a->n_kv_heads;
 	if (heads * a->head_dim > INT_MAX)
 		return ERR_INVAL;

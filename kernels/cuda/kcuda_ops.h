@@ -79,7 +79,10 @@ struct k_qkv_args {
 	int n_rows, n_heads, n_kv_heads, head_dim, block_size;
 	float *q;
 	void *k_cache, *v_cache;
-	enum dtype kv_dt;
+	enum dtype kv_dt;      /* DT_F32, DT_F16, DT_BF16, or DT_F8_E4M3 (issue 10): */
+	float k_scale, v_scale; /* FP8 only, > 0: the pool stores value / scale,
+				 * rounded to nearest even and saturated to +-448
+				 * (f32_to_f8e4m3); the attention kernels multiply back */
 };
 int k_qkv_rope_store(void *stream, const struct k_qkv_args *a);
 

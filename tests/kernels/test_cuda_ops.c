@@ -38,7 +38,7 @@ static void *xmalloc(size_t bytes)
 
 static size_t esize(enum dtype dt)
 {
-	return dt == DT_F32 ? 4 : 2;
+	return dt == DT_F32 ? 4 : dt == DT_F8_E4M3 ? 1 : 2;
 }
 
 /* Relative size of one unit in the last place of a 16-bit result (at most
@@ -46,7 +46,9 @@ static size_t esize(enum dtype dt)
  * of the CPU's may round to the neighbouring 16-bit value, never further. */
 static float ulp_rel(enum dtype dt)
 {
-	return dt == DT_F16 ? 1.0f / 1024 : dt == DT_BF16 ? 1.0f / 128 : 0.0f;
+	/* FP8 E4M3: 3 mantissa bits; an input within the F32 tolerance of a
+	 * rounding boundary may round either way: one ulp, 2^-3 relative */
+	return dt == DT_F16 ? 1.0f / 1024 : dt == DT_BF16 ? 1.0f / 128 : dt == DT_F8_E4M3 ? 0.125f : 0.0f;
 }
 
 /* Download n values of dt and unpack them to floats (malloc'ed). */
@@ -138,6 +140,8 @@ static void check_args(void)
 	expect_rc("qkv NULL slots", k_qkv_rope_store(NULL, &a), ERR_INVAL);
 	a = good, a.kv_dt = DT_Q8_0;
 	expect_rc("qkv q8_0 pool", k_qkv_rope_store(NULL, &a), ERR_UNSUPPORTED);
+	a = good, a.kv_dt = DT_F8_E4M3, a.k_scale = 1.0f, a.v_scale = 0.0f;
+	expect_rc("qkv fp8 pool without a v scale", k_qkv_rope_store(NULL, &a), ERR_INVAL);
 	a = good, a.n_heads = 1 << 20, a.head_dim = 4096;
 	expect_rc("qkv row too wide", k_qkv_rope_store(NULL, &a), ERR_INVAL);
 	a = good, a.n_rows = 0;
@@ -331,6 +335,7 @@ static const uint8_t sentinel_byte = 0x5A; /* F32 1.5e16, F16 203.25, BF16 1.5e1
 struct qkv_case {
 	int head_dim, n_heads, n_kv_heads, style, bias, norm, block_size, n_rows;
 	enum dtype kv_dt;
+	float k_scale, v_scale; /* FP8 pools only */
 };
 
 static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
@@ -398,6 +403,12 @@ static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 		memcpy(q_ref + (size_t)r * q_dim, q, q_dim * sizeof(float));
 		if (slots[r] < 0)
 			continue;
+		if (kt == DT_F8_E4M3) { /* the pool holds value / scale in FP8 */
+			for (int i = 0; i < kv_dim; i++) {
+				k[i] /= c->k_scale;
+				v[i] /= c->v_scale;
+			}
+		}
 		kc_round(k, kv_dim, kt);
 		kc_round(v, kv_dim, kt);
 		for (int h = 0; h < c->n_kv_heads; h++) {
@@ -434,6 +445,8 @@ static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 		.k_cache = d_k,
 		.v_cache = d_v,
 		.kv_dt = kt,
+		.k_scale = c->k_scale,
+		.v_scale = c->v_scale,
 	};
 	kc_ok(k_qkv_rope_store(NULL, &a), "k_qkv_rope_store");
 	kc_sync("k_qkv_rope_store");
@@ -507,6 +520,9 @@ static void test_qkv(struct kc_rng *rng)
 		{64, 12, 2, 0, 1, 0, 16, 300, DT_F32},
 		{96, 12, 2, 1, 1, 1, 32, 300, DT_BF16},
 		{256, 8, 2, 0, 1, 1, 16, 37, DT_F16},
+		/* FP8 KV (issue 10): scales below and above 1, values past 448 saturate */
+		{128, 32, 8, 0, 1, 1, 16, 40, DT_F8_E4M3, 0.5f, 2.0f},
+		{64, 12, 2, 1, 0, 0, 32, 21, DT_F8_E4M3, 0.004f, 1.0f},
 	};
 	for (size_t i = 0; i < sizeof big / sizeof *big; i++)
 		run_qkv(rng, &big[i]);

@@ -53,17 +53,18 @@ fi
 # FFN 14336, vocab 128256, BF16.
 shape="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256"
 [ "${QUICK:-0}" = 1 ] && shape="--layers 4 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256"
-hbm=$(grep -oE '^hbm_gbs_measured=[0-9.]+' "$LOG/bench_cuda.txt" | cut -d= -f2)
-hbm_arg=""; [ -n "$hbm" ] && hbm_arg="--hbm-gbs 4800"
+# decode is reported against the nominal 4.8 TB/s (the yardstick);
+# bench_cuda's measured bandwidth is printed in the summary beside it
+hbm=$(grep -oE '^bw_gbs=[0-9.]+' "$LOG/bench_cuda.txt" | cut -d= -f2)
 for q in none fp8 int8; do
 	stamp "engine bench: Llama-3-8B shape, bf16, --quantization $q"
 	timeout 150 "$BUILD/server/aorta" bench engine --device cuda --synthetic $shape --dtype bf16 \
 		--quantization $q --prompt 2048 --batches 1,16,64 --decode-ctx 512 --steps 20 \
-		$hbm_arg 2>&1 | tee "$LOG/bench_engine_$q.txt"
+		--hbm-gbs 4800 --peak-tflops 989 2>&1 | tee "$LOG/bench_engine_$q.txt"
 done
 
 stamp "summary"
 echo "CUDA tests: $([ $tests_rc -eq 0 ] && echo all passed || echo FAILED)"
-[ -n "$hbm" ] && echo "measured device bandwidth: $hbm GB/s (bench_cuda)"
+[ -n "$hbm" ] && echo "measured device bandwidth: $hbm GB/s (bench_cuda; the engine lines use 4800)"
 grep -hE "^(prefill|decode)" "$LOG"/bench_engine_*.txt
 exit $tests_rc

@@ -986,6 +986,10 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		 opts->block_size, dtype_name(opts->kv_dtype),
 		 2.0 * c->n_layers * (double)cb->kv_layer_bytes / (1 << 30),
 		 opts->enforce_eager ? "; CUDA graphs off" : "");
+	if (!cb->props.has_fp8 && cb->layers[0].qkv.dt == DT_F8_E4M3)
+		log_info("cuda", "sm_%d%d has no FP8 tensor cores: FP8 weights use the weight-only "
+				 "GEMV kernel at every batch size",
+			 cb->props.cc_major, cb->props.cc_minor);
 	*n_kv_blocks_out = n_blocks;
 	*out = &cb->base;
 	return 0;

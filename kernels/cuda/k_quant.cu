@@ -22,7 +22,8 @@
 
 // ---- dequantization in registers --------------------------------------------
 
-enum { WK_I8, WK_F8, WK_Q8 };
+// WK_Q8R: Q8_0 repacked by k_q8_0_repack (int8 rows + F16 block scales).
+enum { WK_I8, WK_F8, WK_Q8, WK_Q8R };
 
 // Four int8 (packed in v, lowest byte first) to floats, exactly, without the
 // slow int->float conversion: with b = byte ^ 0x80 = s + 128, the float with
@@ -108,6 +109,7 @@ __host__ __device__ constexpr int gemv_unroll(int wk, int tg)
 template <int WK, int TG>
 __global__ void __launch_bounds__(GEMV_THREADS)
 	gemv_w8_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
+		       const unsigned short *__restrict__ wd16,
 		       int n, int k, const void *__restrict__ x, enum dtype x_dt, int t,
 		       float *__restrict__ y, int accumulate, int kc, int x_vec)
 {
@@ -190,6 +192,9 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 					if (row >= n || j >= klen)
 						continue;
 					const uint8_t *p = w + (size_t)row * row_bytes;
+					if (WK == WK_Q8R) // two lanes per 32-block: one scale
+						wd[u][r] = __half2float(__ushort_as_half(
+							__ldg(wd16 + (size_t)row * (k / 32) + (kb + j) / 32)));
 					if (WK == WK_Q8) {
 						const unsigned short *b =
 							(const unsigned short *)(p + (size_t)((kb + j) / 32) * 34);
@@ -221,7 +226,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 							deq_f8x4(wv[u][r][q], wf[r]);
 						else
 							deq_i8x4(wv[u][r][q], wf[r]);
-						if (WK == WK_Q8) {
+						if (WK == WK_Q8 || WK == WK_Q8R) {
 #pragma unroll
 							for (int e = 0; e < 4; e++)
 								wf[r][e] *= wd[u][r];
@@ -252,7 +257,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 	for (int r = 0; r < RW; r++) {
 		const int row = row0 + r;
 		float s = 1.0f;
-		if (WK != WK_Q8 && scale && row < n)
+		if ((WK == WK_I8 || WK == WK_F8) && scale && row < n)
 			s = scale[n_scales == 1 ? 0 : row];
 #pragma unroll
 		for (int tt = 0; tt < TG; tt++) {
@@ -266,8 +271,9 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 }
 
 template <int WK, int TG>
-static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales, int n,
-		       int k, const void *d_x, enum dtype x_dt, int t, float *d_y, int accumulate)
+static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales,
+		       const void *d_wd, int n, int k, const void *d_x, enum dtype x_dt, int t,
+		       float *d_y, int accumulate)
 {
 	constexpr int SB = 32 * gemv_span(WK);
 	constexpr int RW = gemv_rw(TG);
@@ -287,31 +293,29 @@ static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, i
 	// chunk starts 16-byte aligned when d_x is.
 	const int x_vec = x_dt != DT_F32 && ((uintptr_t)d_x & 15) == 0;
 	gemv_w8_kernel<WK, TG><<<dim3(gx, gy), GEMV_THREADS, smem, st>>>(
-		(const uint8_t *)d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y, accumulate, kc,
-		x_vec);
+		(const uint8_t *)d_w, d_scale, n_scales, (const unsigned short *)d_wd, n, k, d_x, x_dt,
+		t, d_y, accumulate, kc, x_vec);
 	return kcu_launched("k_gemv_w8");
 }
 
 template <int WK>
 static int gemv_dispatch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales,
-			 int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
-			 int accumulate)
+			 const void *d_wd, int n, int k, const void *d_x, enum dtype x_dt, int t,
+			 float *d_y, int accumulate)
 {
+#define GEMV_LAUNCH(TG)                                                                       \
+	gemv_launch<WK, TG>(st, d_w, d_scale, n_scales, d_wd, n, k, d_x, x_dt, t, d_y, accumulate)
 	if (t == 1)
-		return gemv_launch<WK, 1>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
-					  accumulate);
+		return GEMV_LAUNCH(1);
 	if (t == 2)
-		return gemv_launch<WK, 2>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
-					  accumulate);
+		return GEMV_LAUNCH(2);
 	if (t <= 4)
-		return gemv_launch<WK, 4>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
-					  accumulate);
+		return GEMV_LAUNCH(4);
 	// Q8_0 stops at 8 tokens per group: 8 x 1024 F32 of X is the 32 KB chunk.
 	if (t <= 8 || WK == WK_Q8)
-		return gemv_launch<WK, 8>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
-					  accumulate);
-	return gemv_launch<WK, WK == WK_Q8 ? 8 : 16>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt,
-						     t, d_y, accumulate);
+		return GEMV_LAUNCH(8);
+	return GEMV_LAUNCH(WK == WK_Q8 ? 8 : 16);
+#undef GEMV_LAUNCH
 }
 
 extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
@@ -326,7 +330,8 @@ extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const f
 	if (w_dt == DT_Q8_0) {
 		if (k % 32 || ((uintptr_t)d_w & 1))
 			return ERR_INVAL;
-		return gemv_dispatch<WK_Q8>(st, d_w, NULL, 0, n, k, d_x, x_dt, t, d_y, accumulate);
+		return gemv_dispatch<WK_Q8>(st, d_w, NULL, 0, NULL, n, k, d_x, x_dt, t, d_y,
+					    accumulate);
 	}
 	if (w_dt != DT_I8 && w_dt != DT_F8_E4M3)
 		return ERR_UNSUPPORTED;
@@ -336,9 +341,54 @@ extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const f
 	if (k % 16 || ((uintptr_t)d_w & 15))
 		return ERR_UNSUPPORTED;
 	if (w_dt == DT_I8)
-		return gemv_dispatch<WK_I8>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y,
+		return gemv_dispatch<WK_I8>(st, d_w, d_scale, n_scales, NULL, n, k, d_x, x_dt, t, d_y,
 					    accumulate);
-	return gemv_dispatch<WK_F8>(st, d_w, d_scale, n_scales, n, k, d_x, x_dt, t, d_y, accumulate);
+	return gemv_dispatch<WK_F8>(st, d_w, d_scale, n_scales, NULL, n, k, d_x, x_dt, t, d_y,
+				    accumulate);
+}
+
+extern "C" int k_gemv_q8_0r(void *stream, const void *d_qs, const void *d_d, int n, int k,
+			    const void *d_x, enum dtype x_dt, int t, float *d_y, int accumulate)
+{
+	if (!d_qs || !d_d || !d_x || !d_y || n <= 0 || k <= 0 || t <= 0 || k % 32)
+		return ERR_INVAL;
+	if (!kcu_is_16bit_or_f32(x_dt) || ((uintptr_t)d_qs & 15) || ((uintptr_t)d_d & 1))
+		return ERR_INVAL;
+	return gemv_dispatch<WK_Q8R>((cudaStream_t)stream, d_qs, NULL, 0, d_d, n, k, d_x, x_dt, t,
+				     d_y, accumulate);
+}
+
+// One thread per 34-byte block: the F16 scale to d, the 32 codes to qs
+// (two 16-byte stores; qs + 32 * block is 16-byte aligned).
+__global__ void q8_0_repack_kernel(const unsigned short *__restrict__ src, size_t n_blocks,
+				   uint4 *__restrict__ qs, unsigned short *__restrict__ d)
+{
+	for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < n_blocks;
+	     b += (size_t)gridDim.x * blockDim.x) {
+		const unsigned short *p = src + b * 17;
+		uint32_t v[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			v[i] = (uint32_t)p[1 + 2 * i] | ((uint32_t)p[2 + 2 * i] << 16);
+		d[b] = p[0];
+		qs[2 * b] = make_uint4(v[0], v[1], v[2], v[3]);
+		qs[2 * b + 1] = make_uint4(v[4], v[5], v[6], v[7]);
+	}
+}
+
+extern "C" int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void *d_qs, void *d_d)
+{
+	if (!d_src || !d_qs || !d_d || n <= 0 || k <= 0 || k % 32)
+		return ERR_INVAL;
+	if (((uintptr_t)d_src & 1) || ((uintptr_t)d_qs & 15) || ((uintptr_t)d_d & 1))
+		return ERR_INVAL;
+	const size_t n_blocks = (size_t)n * (k / 32);
+	size_t grid = (n_blocks + 255) / 256;
+	if (grid > 65535)
+		grid = 65535;
+	q8_0_repack_kernel<<<(unsigned)grid, 256, 0, (cudaStream_t)stream>>>(
+		(const unsigned short *)d_src, n_blocks, (uint4 *)d_qs, (unsigned short *)d_d);
+	return kcu_launched("k_q8_0_repack");
 }
 
 // ---- k_quant_rows ------------------------------------------------------------

@@ -36,6 +36,19 @@ int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_sca
 	      int n_scales, int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
 	      int accumulate);
 
+/* Q8_0 repacked for the GPU (optional, faster): the CPU's 34-byte blocks
+ * are only 2-byte aligned, so k_gemv_w8(DT_Q8_0) reads them as halfwords
+ * (correct, but well below the bandwidth of I8). k_q8_0_repack splits them,
+ * on the device, into codes d_qs [n, k] (int8, n * k bytes, 16-byte aligned)
+ * and scales d_d [n, k / 32] (F16, 2-byte aligned); d_src is n * k / 32
+ * blocks; no overlap. k_gemv_q8_0r then runs the I8 kernel with a scale per
+ * 32 values: same results as k_gemv_w8(DT_Q8_0) up to summation order.
+ * Both on stream; ERR_INVAL for NULL or misaligned pointers, n or k <= 0,
+ * k not a multiple of 32, or another x_dt. */
+int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void *d_qs, void *d_d);
+int k_gemv_q8_0r(void *stream, const void *d_qs, const void *d_d, int n, int k, const void *d_x,
+		 enum dtype x_dt, int t, float *d_y, int accumulate);
+
 /* Per-token (row) quantization of X [t, k] (x_dt 16-bit or F32) to q_dt,
  * codes d_xq [t, k] (one byte each) and scales d_scale[t], bit for bit the
  * CPU's rules (kernels/cpu/quant.c): DT_I8 as kcpu_quantize_act_i8

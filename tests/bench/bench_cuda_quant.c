@@ -4,8 +4,9 @@
  * (k_gemm, cuBLAS). Not a test: run it by hand on a GPU machine.
  *
  *   decode (T = 1 and 16): k_gemv_w8 for I8, F8 E4M3 (per-row scales) and
- *     Q8_0: time, weight GB/s, and bf16_ms / w8_ms (how much faster than
- *     the BF16 GEMV through k_gemm; 2.0 would be the byte ratio);
+ *     Q8_0, and k_gemv_q8_0r on repacked Q8_0 ("q8_0r"): time, weight GB/s,
+ *     and bf16_ms / w8_ms (how much faster than the BF16 GEMV through
+ *     k_gemm; about 2 would be the byte ratio);
  *   prefill (T = 2048): k_gemm_w8a8 FP8 (and INT8) TFLOP/s against BF16
  *     k_gemm, the GEMM alone and with k_quant_rows of X in front.
  * Every run: the L2 flushed (a 256 MiB memset), CUDA events around the
@@ -53,7 +54,7 @@ struct bench {
 };
 
 /* One timed operation: which kernel and its operands. */
-enum op_kind { OP_BF16, OP_GEMV, OP_W8A8, OP_QUANT_W8A8 };
+enum op_kind { OP_BF16, OP_GEMV, OP_GEMV_Q8R, OP_W8A8, OP_QUANT_W8A8 };
 struct op {
 	enum op_kind kind;
 	enum dtype w_dt;
@@ -61,6 +62,7 @@ struct op {
 	const void *d_w;
 	const float *d_ws;
 	int n_ws;
+	const void *d_wd; /* repacked Q8_0 scales */
 	const void *d_x; /* BF16 [t, k] */
 	void *d_xq;	 /* 8-bit [t, k] */
 	float *d_xs;	 /* [t] */
@@ -83,6 +85,9 @@ static int run_op(struct bench *b, const struct op *o)
 	case OP_GEMV:
 		return k_gemv_w8(b->stream, o->d_w, o->w_dt, o->d_ws, o->n_ws, o->n, o->k, o->d_x,
 				 DT_BF16, o->t, o->d_y, 0);
+	case OP_GEMV_Q8R:
+		return k_gemv_q8_0r(b->stream, o->d_w, o->d_wd, o->n, o->k, o->d_x, DT_BF16, o->t,
+				    o->d_y, 0);
 	case OP_QUANT_W8A8: {
 		int rc = k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt, o->d_xq,
 				      o->d_xs);
@@ -159,7 +164,8 @@ static void make_fill(uint8_t *p, size_t n)
 
 static int bench_decode(struct bench *b)
 {
-	static const enum dtype wdts[] = {DT_I8, DT_F8_E4M3, DT_Q8_0};
+	static const enum dtype wdts[] = {DT_I8, DT_F8_E4M3, DT_Q8_0, DT_Q8_0};
+	static const char *const wnames[] = {"i8", "f8_e4m3", "q8_0", "q8_0r"};
 	static const int ts[] = {1, 16};
 	printf("\ndecode: k_gemv_w8 vs BF16 k_gemm (X BF16, L2 flushed, median of %d)\n", b->reps);
 	printf("%-8s %5s %2s %-8s %9s %9s %9s\n", "shape", "N", "T", "weights", "ms", "GB/s",
@@ -167,11 +173,13 @@ static int bench_decode(struct bench *b)
 	int rc = 0;
 	for (int s = 0; !rc && s < N_SHAPES; s++) {
 		const int n = shapes[s].n, k = shapes[s].k;
-		void *d_w16 = NULL, *d_w8 = NULL, *d_x = NULL, *d_ws = NULL, *d_y = NULL;
+		void *d_w16 = NULL, *d_w8 = NULL, *d_x = NULL, *d_ws = NULL, *d_y = NULL, *d_wd = NULL;
 		const size_t q8_bytes = (size_t)n * (k / Q8_0_BLOCK) * sizeof(struct q8_0_block);
 		rc = alloc_filled(b, &d_w16, (size_t)n * k * 2);
 		if (!rc)
 			rc = alloc_filled(b, &d_w8, q8_bytes); /* >= n * k: fits every 8-bit layout */
+		if (!rc)
+			rc = alloc_filled(b, &d_wd, (size_t)n * (k / Q8_0_BLOCK) * 2);
 		if (!rc)
 			rc = alloc_filled(b, &d_x, (size_t)16 * k * 2);
 		if (!rc)
@@ -192,10 +200,11 @@ static int bench_decode(struct bench *b)
 			printf("%-8s %5d %2d %-8s %9.4f %9.0f %9s\n", shapes[s].name, n, t, "bf16",
 			       bf16_ms, (double)n * k * 2 / bf16_ms / 1e6, "1.00");
 			printf("quant.decode.%s.t%d.bf16_ms=%.4f\n", shapes[s].name, t, bf16_ms);
-			for (int w = 0; !rc && w < 3; w++) {
-				o.kind = OP_GEMV;
+			for (int w = 0; !rc && w < 4; w++) {
+				o.kind = w == 3 ? OP_GEMV_Q8R : OP_GEMV;
 				o.w_dt = wdts[w];
 				o.d_w = d_w8;
+				o.d_wd = d_wd;
 				o.d_ws = wdts[w] == DT_Q8_0 ? NULL : (const float *)d_ws;
 				o.n_ws = wdts[w] == DT_Q8_0 ? 0 : n;
 				double ms = 0;
@@ -204,14 +213,14 @@ static int bench_decode(struct bench *b)
 					break;
 				const double bytes = wdts[w] == DT_Q8_0 ? (double)q8_bytes
 									: (double)n * k;
+				const char *wn = wnames[w];
 				printf("%-8s %5d %2d %-8s %9.4f %9.0f %9.2f\n", shapes[s].name, n, t,
-				       dtype_name(wdts[w]), ms, bytes / ms / 1e6, bf16_ms / ms);
-				printf("quant.decode.%s.t%d.%s_ms=%.4f\n", shapes[s].name, t,
-				       dtype_name(wdts[w]), ms);
-				printf("quant.decode.%s.t%d.%s_gbs=%.0f\n", shapes[s].name, t,
-				       dtype_name(wdts[w]), bytes / ms / 1e6);
+				       wn, ms, bytes / ms / 1e6, bf16_ms / ms);
+				printf("quant.decode.%s.t%d.%s_ms=%.4f\n", shapes[s].name, t, wn, ms);
+				printf("quant.decode.%s.t%d.%s_gbs=%.0f\n", shapes[s].name, t, wn,
+				       bytes / ms / 1e6);
 				printf("quant.decode.%s.t%d.%s_speedup_vs_bf16=%.3f\n", shapes[s].name,
-				       t, dtype_name(wdts[w]), bf16_ms / ms);
+				       t, wn, bf16_ms / ms);
 			}
 		}
 		k_cuda_free(d_w16);
@@ -219,6 +228,7 @@ static int bench_decode(struct bench *b)
 		k_cuda_free(d_x);
 		k_cuda_free(d_ws);
 		k_cuda_free(d_y);
+		k_cuda_free(d_wd);
 	}
 	return rc;
 }

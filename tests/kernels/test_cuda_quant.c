@@ -6,7 +6,8 @@
  *   (1000, 4096), (64, 96), (4096, 14336) and T in {1, 3, 16, 33} (T 1 and 16
  *   for the big shape: its CPU reference is slow), X F16 and BF16, accumulate
  *   0 (Y pre-filled with NaN) and 1, against kcpu_matmul_ref on the same
- *   weights and the same 16-bit-rounded X.
+ *   weights and the same 16-bit-rounded X; Q8_0 also repacked
+ *   (k_q8_0_repack, checked byte for byte) through k_gemv_q8_0r.
  * k_quant_rows: INT8 codes and scales exactly those of kcpu_quantize_act_i8,
  *   FP8 exactly those of kcpu_quantize_f8 (the CPU's per-row FP8 rule), for
  *   X F32 / F16 / BF16 with an all-zero row and outlier rows.
@@ -157,34 +158,63 @@ static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, en
 	kc_ok(k_cuda_memcpy_h2d(d_x, xp, xbytes), "upload x");
 	float *d_s = w.scale ? kc_upload(w.scale, (size_t)w.m.n_scale * sizeof(float)) : NULL;
 	float *d_y = kc_dev_alloc(ny * sizeof(float));
-	if (accumulate)
-		kc_ok(k_cuda_memcpy_h2d(d_y, y0, ny * sizeof(float)), "upload y0");
-	else
-		kc_ok(k_cuda_memset_async(NULL, d_y, 0xff, ny * sizeof(float)), "NaN-fill y");
-	kc_ok(k_gemv_w8(NULL, d_w, w.m.dtype, d_s, (int)w.m.n_scale, n, k, d_x, x_dt, t, d_y,
-			accumulate),
-	      "k_gemv_w8");
-	kc_sync("k_gemv_w8");
-	kc_download(got, d_y, ny * sizeof(float));
 
-	/* Compare normalized by S: |got - ref| <= GEMV_TOL * S per output. */
+	/* ref and the norm S (+ |y0|) once; outputs are compared as got / S. */
+	float *norm = xmalloc(ny * sizeof(float));
 	for (size_t i = 0; i < ny; i++) {
 		float s = sabs[i];
 		if (accumulate) {
 			ref[i] += y0[i];
 			s += fabsf(y0[i]);
 		}
-		if (!(s > 0.0f))
-			s = 1.0f;
-		got[i] /= s;
-		ref[i] /= s;
+		norm[i] = s > 0.0f ? s : 1.0f;
+		ref[i] /= norm[i];
 	}
-	char what[160];
-	snprintf(what, sizeof what, "gemv %s N=%d K=%d T=%d x=%s%s acc=%d (/ sum|w||x|)",
-		 wkind_name[kind], n, k, t, dtype_name(x_dt), misalign ? " misaligned" : "",
-		 accumulate);
-	kc_compare(what, got, ref, ny, GEMV_TOL, 0.0f);
-	g_cases++;
+	/* Variant 0: k_gemv_w8; variant 1 (Q8_0): k_q8_0_repack + k_gemv_q8_0r,
+	 * whose repacked codes and scales are checked byte for byte too. */
+	void *d_qs = NULL, *d_d = NULL;
+	for (int variant = 0; variant < (kind == W_Q8_0 ? 2 : 1); variant++) {
+		if (accumulate)
+			kc_ok(k_cuda_memcpy_h2d(d_y, y0, ny * sizeof(float)), "upload y0");
+		else
+			kc_ok(k_cuda_memset_async(NULL, d_y, 0xff, ny * sizeof(float)), "NaN-fill y");
+		if (variant == 0) {
+			kc_ok(k_gemv_w8(NULL, d_w, w.m.dtype, d_s, (int)w.m.n_scale, n, k, d_x, x_dt, t,
+					d_y, accumulate),
+			      "k_gemv_w8");
+		} else {
+			const size_t nb = (size_t)n * (k / Q8_0_BLOCK);
+			d_qs = kc_dev_alloc((size_t)n * k);
+			d_d = kc_dev_alloc(nb * 2);
+			kc_ok(k_q8_0_repack(NULL, d_w, n, k, d_qs, d_d), "k_q8_0_repack");
+			kc_ok(k_gemv_q8_0r(NULL, d_qs, d_d, n, k, d_x, x_dt, t, d_y, accumulate),
+			      "k_gemv_q8_0r");
+			int8_t *qs = xmalloc((size_t)n * k);
+			uint16_t *dd = xmalloc(nb * 2);
+			kc_sync("k_q8_0_repack");
+			kc_download(qs, d_qs, (size_t)n * k);
+			kc_download(dd, d_d, nb * 2);
+			const struct q8_0_block *b = w.data;
+			for (size_t i = 0; i < nb; i++)
+				if (dd[i] != b[i].d || memcmp(qs + i * Q8_0_BLOCK, b[i].qs, Q8_0_BLOCK))
+					kc_fail("k_q8_0_repack: block %zu differs (N=%d K=%d)", i, n, k);
+			free(qs);
+			free(dd);
+		}
+		kc_sync("k_gemv_w8");
+		kc_download(got, d_y, ny * sizeof(float));
+		for (size_t i = 0; i < ny; i++)
+			got[i] /= norm[i];
+		char what[160];
+		snprintf(what, sizeof what, "gemv %s%s N=%d K=%d T=%d x=%s%s acc=%d (/ sum|w||x|)",
+			 wkind_name[kind], variant ? " repacked" : "", n, k, t, dtype_name(x_dt),
+			 misalign ? " misaligned" : "", accumulate);
+		kc_compare(what, got, ref, ny, GEMV_TOL, 0.0f);
+		g_cases++;
+	}
+	kc_dev_free(d_qs);
+	kc_dev_free(d_d);
+	free(norm);
 
 	kc_dev_free(d_w);
 	kc_dev_free(d_xbuf);
@@ -256,6 +286,15 @@ static void test_gemv_errors(void)
 	rc = k_gemv_w8(NULL, d, DT_I8, s, 1, 0, 32, d, DT_F16, 1, d, 0);
 	if (rc != ERR_INVAL)
 		kc_fail("k_gemv_w8 with N 0: %d, want ERR_INVAL", rc);
+	rc = k_q8_0_repack(NULL, d, 4, 48, d, d);
+	if (rc != ERR_INVAL)
+		kc_fail("k_q8_0_repack with K %% 32 != 0: %d, want ERR_INVAL", rc);
+	rc = k_q8_0_repack(NULL, d, 4, 32, (char *)d + 8, d);
+	if (rc != ERR_INVAL)
+		kc_fail("k_q8_0_repack into misaligned codes: %d, want ERR_INVAL", rc);
+	rc = k_gemv_q8_0r(NULL, d, d, 4, 48, d, DT_F16, 1, d, 0);
+	if (rc != ERR_INVAL)
+		kc_fail("k_gemv_q8_0r with K %% 32 != 0: %d, want ERR_INVAL", rc);
 	kc_dev_free(d);
 	printf("ok gemv argument errors\n");
 }

@@ -525,7 +525,9 @@ __global__ void w8a8_epilogue_kernel(const void *acc, const float *__restrict__ 
 	     i += (size_t)gridDim.x * blockDim.x) {
 		const size_t row = i / (size_t)n, col = i - row * (size_t)n;
 		const float a = INT ? (float)((const int32_t *)acc)[i] : ((const float *)acc)[i];
-		const float v = a * (w_scale[n_w_scales == 1 ? 0 : col] * x_scale[row]);
+		// _rn: no contraction into the add, so the rounding is the CPU's.
+		const float v =
+			__fmul_rn(a, __fmul_rn(w_scale[n_w_scales == 1 ? 0 : col], x_scale[row]));
 		y[i] = accumulate ? y[i] + v : v;
 	}
 }
@@ -703,18 +705,21 @@ extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 		return ERR_UNSUPPORTED;
 	g.ws_bytes = LT_WS_ACCUM_BYTES;
 	void *scratch = (char *)g.ws + LT_WS_ACCUM_BYTES;
+	// Chunks as equal as can be, at most `rows` each: with rows >= 64 every
+	// chunk keeps >= 32 tokens (t / n_ch > rows / 2), none needs padding.
 	const size_t rows = (ws_total - LT_WS_ACCUM_BYTES) / ((size_t)n * 4);
-	if (rows < 1)
+	if (rows < 2 * W8A8_MIN_ROWS)
 		return ERR_UNSUPPORTED;
-	const int chunk = rows < (size_t)t ? (int)rows : t;
-	for (int t0 = 0; t0 < t; t0 += chunk) {
-		const int tc = t - t0 < chunk ? t - t0 : chunk;
+	const int n_ch = (int)(((size_t)t + rows - 1) / rows);
+	for (int i = 0, t0 = 0; i < n_ch; i++) {
+		const int tc = t / n_ch + (i < t % n_ch ? 1 : 0);
 		int rc = lt_matmul(&g, (const uint8_t *)d_xq + (size_t)t0 * k, tc, scratch);
 		if (!rc)
 			rc = w8a8_epilogue(&g, scratch, d_x_scale + t0, d_w_scale, n_w_scales, tc,
 					   d_y + (size_t)t0 * n, 1);
 		if (rc)
 			return rc;
+		t0 += tc;
 	}
 	return 0;
 }

@@ -66,9 +66,11 @@ int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k, e
  * ERR_UNSUPPORTED); DT_I8 uses the INT32-accumulating integer GEMM. The
  * GEMM runs with unit scales into a 4-byte accumulator (Y itself, or with
  * accumulate != 0 row chunks of the handle's workspace) and a small kernel
- * applies the scales. n and k multiples of 16 and d_w, d_xq, d_y 16-byte
- * aligned (cuBLASLt's 8-bit kernels), else ERR_UNSUPPORTED; n_w_scales 1
- * or n and non-NULL pointers, else ERR_INVAL. */
+ * applies the scales; fewer than 32 tokens are padded to 32 in the
+ * workspace. n and k multiples of 16 and d_w, d_xq, d_y 16-byte aligned
+ * (cuBLASLt's 8-bit kernels), else ERR_UNSUPPORTED (also when the 32 MiB
+ * workspace cannot hold the scratch: accumulate with n > 98304); n_w_scales
+ * 1 or n and non-NULL pointers, else ERR_INVAL. */
 int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt, const float *d_w_scale,
 		int n_w_scales, int n, int k, const void *d_xq, const float *d_x_scale, int t,
 		float *d_y, int accumulate);

@@ -42,9 +42,9 @@ __device__ __forceinline__ void deq_i8x4(uint32_t v, float f[4])
 __device__ __forceinline__ void deq_f8x4(uint32_t v, float f[4])
 {
 	const __half2_raw lo =
-		__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xFFFFu), __NV_E4M3);
+	    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xFFFFu), __NV_E4M3);
 	const __half2_raw hi =
-		__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
+	    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
 	const float2 a = __half22float2(__half2(lo));
 	const float2 b = __half22float2(__half2(hi));
 	f[0] = a.x;
@@ -88,8 +88,8 @@ __device__ __forceinline__ void load8(uint4 raw, enum dtype dt, float f[8])
 // reads of a warp are consecutive, free of bank conflicts. K is walked in
 // chunks that fit 48 KB of shared memory; the tail of a chunk is zero-filled.
 
-#define GEMV_THREADS 256
-#define GEMV_WARPS (GEMV_THREADS / 32)
+#define GEMV_THREADS     256
+#define GEMV_WARPS       (GEMV_THREADS / 32)
 #define GEMV_SMEM_FLOATS 12288 // 48 KB: no opt-in needed, 4 CTAs per SM
 
 __host__ __device__ constexpr int gemv_span(int wk)
@@ -108,10 +108,10 @@ __host__ __device__ constexpr int gemv_unroll(int wk, int tg)
 
 template <int WK, int TG>
 __global__ void __launch_bounds__(GEMV_THREADS)
-	gemv_w8_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
-		       const unsigned short *__restrict__ wd16,
-		       int n, int k, const void *__restrict__ x, enum dtype x_dt, int t,
-		       float *__restrict__ y, int accumulate, int kc, int x_vec)
+    gemv_w8_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
+                   const unsigned short *__restrict__ wd16, int n, int k,
+                   const void *__restrict__ x, enum dtype x_dt, int t, float *__restrict__ y,
+                   int accumulate, int kc, int x_vec)
 {
 	constexpr int SPAN = gemv_span(WK);
 	constexpr int SB = 32 * SPAN;
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 		const int klen = min(kc, k - kb);
 		const int nsteps = (klen + SB - 1) / SB;
 		const int kpad = nsteps * SB; // <= kc
-		__syncthreads(); // the previous chunk's readers are done
+		__syncthreads();              // the previous chunk's readers are done
 		if (x_vec) {
 			// 8 values per 16-byte load; klen is a multiple of SPAN, so a
 			// vector is wholly inside or wholly past the chunk's end.
@@ -148,8 +148,9 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 				const int tt = i / nv, j = (i - tt * nv) * 8;
 				float f[8];
 				if (j < klen) {
-					const uint4 raw = __ldg((const uint4 *)((const uint16_t *)x +
-										(size_t)(t0 + tt) * k + kb + j));
+					const uint4 raw =
+					    __ldg((const uint4 *)((const uint16_t *)x +
+					                          (size_t)(t0 + tt) * k + kb + j));
 					load8(raw, x_dt, f);
 				} else {
 #pragma unroll
@@ -170,8 +171,8 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 				const int l = in / SPAN, e = in - l * SPAN;
 				const int pos = sb * SB + ((e >> 2) * 32 + l) * 4 + (e & 3);
 				xs[(size_t)tt * kc + pos] =
-					j < klen ? kcu_load(x, x_dt, (size_t)(t0 + tt) * k + kb + j)
-						 : 0.0f;
+				    j < klen ? kcu_load(x, x_dt, (size_t)(t0 + tt) * k + kb + j)
+				             : 0.0f;
 			}
 		}
 		__syncthreads();
@@ -194,15 +195,19 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 					const uint8_t *p = w + (size_t)row * row_bytes;
 					if (WK == WK_Q8R) // two lanes per 32-block: one scale
 						wd[u][r] = __half2float(__ushort_as_half(
-							__ldg(wd16 + (size_t)row * (k / 32) + (kb + j) / 32)));
+						    __ldg(wd16 + (size_t)row * (k / 32) +
+						          (kb + j) / 32)));
 					if (WK == WK_Q8) {
 						const unsigned short *b =
-							(const unsigned short *)(p + (size_t)((kb + j) / 32) * 34);
+						    (const unsigned short *)(p + (size_t)((kb + j) /
+						                                          32) *
+						                                     34);
 						wd[u][r] = __half2float(__ushort_as_half(__ldg(b)));
 #pragma unroll
 						for (int q = 0; q < NQ; q++)
-							wv[u][r][q] = (uint32_t)__ldg(b + 1 + 2 * q) |
-								      ((uint32_t)__ldg(b + 2 + 2 * q) << 16);
+							wv[u][r][q] =
+							    (uint32_t)__ldg(b + 1 + 2 * q) |
+							    ((uint32_t)__ldg(b + 2 + 2 * q) << 16);
 					} else {
 						const uint4 v = __ldg((const uint4 *)(p + kb + j));
 						wv[u][r][0] = v.x;
@@ -236,7 +241,8 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 					for (int tt = 0; tt < TG; tt++) {
 						if (tt >= tn)
 							break;
-						const float4 xv = xb[(size_t)tt * (kc / 4) + q * 32];
+						const float4 xv =
+						    xb[(size_t)tt * (kc / 4) + q * 32];
 #pragma unroll
 						for (int r = 0; r < RW; r++) {
 							float a = acc[r][tt];
@@ -272,8 +278,8 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 
 template <int WK, int TG>
 static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales,
-		       const void *d_wd, int n, int k, const void *d_x, enum dtype x_dt, int t,
-		       float *d_y, int accumulate)
+                       const void *d_wd, int n, int k, const void *d_x, enum dtype x_dt, int t,
+                       float *d_y, int accumulate)
 {
 	constexpr int SB = 32 * gemv_span(WK);
 	constexpr int RW = gemv_rw(TG);
@@ -293,17 +299,17 @@ static int gemv_launch(cudaStream_t st, const void *d_w, const float *d_scale, i
 	// chunk starts 16-byte aligned when d_x is.
 	const int x_vec = x_dt != DT_F32 && ((uintptr_t)d_x & 15) == 0;
 	gemv_w8_kernel<WK, TG><<<dim3(gx, gy), GEMV_THREADS, smem, st>>>(
-		(const uint8_t *)d_w, d_scale, n_scales, (const unsigned short *)d_wd, n, k, d_x, x_dt,
-		t, d_y, accumulate, kc, x_vec);
+	    (const uint8_t *)d_w, d_scale, n_scales, (const unsigned short *)d_wd, n, k, d_x, x_dt,
+	    t, d_y, accumulate, kc, x_vec);
 	return kcu_launched("k_gemv_w8");
 }
 
 template <int WK>
 static int gemv_dispatch(cudaStream_t st, const void *d_w, const float *d_scale, int n_scales,
-			 const void *d_wd, int n, int k, const void *d_x, enum dtype x_dt, int t,
-			 float *d_y, int accumulate)
+                         const void *d_wd, int n, int k, const void *d_x, enum dtype x_dt, int t,
+                         float *d_y, int accumulate)
 {
-#define GEMV_LAUNCH(TG)                                                                       \
+#define GEMV_LAUNCH(TG)                                                                            \
 	gemv_launch<WK, TG>(st, d_w, d_scale, n_scales, d_wd, n, k, d_x, x_dt, t, d_y, accumulate)
 	if (t == 1)
 		return GEMV_LAUNCH(1);
@@ -319,8 +325,8 @@ static int gemv_dispatch(cudaStream_t st, const void *d_w, const float *d_scale,
 }
 
 extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
-			 int n_scales, int n, int k, const void *d_x, enum dtype x_dt, int t,
-			 float *d_y, int accumulate)
+                         int n_scales, int n, int k, const void *d_x, enum dtype x_dt, int t,
+                         float *d_y, int accumulate)
 {
 	if (!d_w || !d_x || !d_y || n <= 0 || k <= 0 || t <= 0)
 		return ERR_INVAL;
@@ -331,7 +337,7 @@ extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const f
 		if (k % 32 || ((uintptr_t)d_w & 1))
 			return ERR_INVAL;
 		return gemv_dispatch<WK_Q8>(st, d_w, NULL, 0, NULL, n, k, d_x, x_dt, t, d_y,
-					    accumulate);
+		                            accumulate);
 	}
 	if (w_dt != DT_I8 && w_dt != DT_F8_E4M3)
 		return ERR_UNSUPPORTED;
@@ -341,27 +347,27 @@ extern "C" int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const f
 	if (k % 16 || ((uintptr_t)d_w & 15))
 		return ERR_UNSUPPORTED;
 	if (w_dt == DT_I8)
-		return gemv_dispatch<WK_I8>(st, d_w, d_scale, n_scales, NULL, n, k, d_x, x_dt, t, d_y,
-					    accumulate);
+		return gemv_dispatch<WK_I8>(st, d_w, d_scale, n_scales, NULL, n, k, d_x, x_dt, t,
+		                            d_y, accumulate);
 	return gemv_dispatch<WK_F8>(st, d_w, d_scale, n_scales, NULL, n, k, d_x, x_dt, t, d_y,
-				    accumulate);
+	                            accumulate);
 }
 
 extern "C" int k_gemv_q8_0r(void *stream, const void *d_qs, const void *d_d, int n, int k,
-			    const void *d_x, enum dtype x_dt, int t, float *d_y, int accumulate)
+                            const void *d_x, enum dtype x_dt, int t, float *d_y, int accumulate)
 {
 	if (!d_qs || !d_d || !d_x || !d_y || n <= 0 || k <= 0 || t <= 0 || k % 32)
 		return ERR_INVAL;
 	if (!kcu_is_16bit_or_f32(x_dt) || ((uintptr_t)d_qs & 15) || ((uintptr_t)d_d & 1))
 		return ERR_INVAL;
 	return gemv_dispatch<WK_Q8R>((cudaStream_t)stream, d_qs, NULL, 0, d_d, n, k, d_x, x_dt, t,
-				     d_y, accumulate);
+	                             d_y, accumulate);
 }
 
 // One thread per 34-byte block: the F16 scale to d, the 32 codes to qs
 // (two 16-byte stores; qs + 32 * block is 16-byte aligned).
 __global__ void q8_0_repack_kernel(const unsigned short *__restrict__ src, size_t n_blocks,
-				   uint4 *__restrict__ qs, unsigned short *__restrict__ d)
+                                   uint4 *__restrict__ qs, unsigned short *__restrict__ d)
 {
 	for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < n_blocks;
 	     b += (size_t)gridDim.x * blockDim.x) {
@@ -387,7 +393,7 @@ extern "C" int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void
 	if (grid > 65535)
 		grid = 65535;
 	q8_0_repack_kernel<<<(unsigned)grid, 256, 0, (cudaStream_t)stream>>>(
-		(const unsigned short *)d_src, n_blocks, (uint4 *)d_qs, (unsigned short *)d_d);
+	    (const unsigned short *)d_src, n_blocks, (uint4 *)d_qs, (unsigned short *)d_d);
 	return kcu_launched("k_q8_0_repack");
 }
 
@@ -404,8 +410,8 @@ extern "C" int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void
 
 template <bool FP8>
 __global__ void __launch_bounds__(QUANT_THREADS)
-	quant_rows_kernel(const void *__restrict__ x, enum dtype x_dt, int k,
-			  uint8_t *__restrict__ xq, float *__restrict__ scale)
+    quant_rows_kernel(const void *__restrict__ x, enum dtype x_dt, int k, uint8_t *__restrict__ xq,
+                      float *__restrict__ scale)
 {
 	__shared__ float red[QUANT_THREADS / 32];
 	const size_t base = (size_t)blockIdx.x * k;
@@ -428,9 +434,9 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 			scale[blockIdx.x] = s;
 		for (int i = threadIdx.x; i < k; i += QUANT_THREADS) {
 			const float v = kcu_load(x, x_dt, base + i);
-			xq[base + i] = s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s),
-										 __NV_SATFINITE, __NV_E4M3)
-						: (uint8_t)0;
+			xq[base + i] = s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(
+			                              __fdiv_rn(v, s), __NV_SATFINITE, __NV_E4M3)
+			                        : (uint8_t)0;
 		}
 	} else {
 		const float s = __fdiv_rn(amax, 127.0f);
@@ -447,17 +453,17 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 }
 
 extern "C" int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k,
-			    enum dtype q_dt, void *d_xq, float *d_scale)
+                            enum dtype q_dt, void *d_xq, float *d_scale)
 {
 	if (!d_x || !d_xq || !d_scale || t <= 0 || k <= 0 || !kcu_is_16bit_or_f32(x_dt))
 		return ERR_INVAL;
 	cudaStream_t st = (cudaStream_t)stream;
 	if (q_dt == DT_F8_E4M3)
-		quant_rows_kernel<true><<<(unsigned)t, QUANT_THREADS, 0, st>>>(
-			d_x, x_dt, k, (uint8_t *)d_xq, d_scale);
+		quant_rows_kernel<true>
+		    <<<(unsigned)t, QUANT_THREADS, 0, st>>>(d_x, x_dt, k, (uint8_t *)d_xq, d_scale);
 	else if (q_dt == DT_I8)
-		quant_rows_kernel<false><<<(unsigned)t, QUANT_THREADS, 0, st>>>(
-			d_x, x_dt, k, (uint8_t *)d_xq, d_scale);
+		quant_rows_kernel<false>
+		    <<<(unsigned)t, QUANT_THREADS, 0, st>>>(d_x, x_dt, k, (uint8_t *)d_xq, d_scale);
 	else
 		return ERR_UNSUPPORTED;
 	return kcu_launched("k_quant_rows");
@@ -479,7 +485,7 @@ extern "C" int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int 
 // to 32 in the workspace (w8a8_padded).
 
 #define LT_WS_ACCUM_BYTES ((size_t)8 << 20) // Lt's share when the rest is scratch
-#define W8A8_MIN_ROWS 32 // fewer tokens: padded (w8a8_padded)
+#define W8A8_MIN_ROWS     32                // fewer tokens: padded (w8a8_padded)
 
 static int lt_check(cublasStatus_t s, const char *what)
 {
@@ -517,8 +523,8 @@ static int device_has_fp8(void)
 
 template <bool INT>
 __global__ void w8a8_epilogue_kernel(const void *acc, const float *__restrict__ x_scale,
-				     const float *__restrict__ w_scale, int n_w_scales, int n,
-				     size_t count, float *y, int accumulate)
+                                     const float *__restrict__ w_scale, int n_w_scales, int n,
+                                     size_t count, float *y, int accumulate)
 {
 	// acc may alias y (in place): each element is read, then written, by one thread.
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
@@ -527,7 +533,7 @@ __global__ void w8a8_epilogue_kernel(const void *acc, const float *__restrict__ 
 		const float a = INT ? (float)((const int32_t *)acc)[i] : ((const float *)acc)[i];
 		// _rn: no contraction into the add, so the rounding is the CPU's.
 		const float v =
-			__fmul_rn(a, __fmul_rn(w_scale[n_w_scales == 1 ? 0 : col], x_scale[row]));
+		    __fmul_rn(a, __fmul_rn(w_scale[n_w_scales == 1 ? 0 : col], x_scale[row]));
 		y[i] = accumulate ? y[i] + v : v;
 	}
 }
@@ -551,18 +557,18 @@ static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_
 	const cudaDataType_t ab = g->is_int ? CUDA_R_8I : CUDA_R_8F_E4M3;
 	const cudaDataType_t cd = g->is_int ? CUDA_R_32I : CUDA_R_32F;
 	const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-	int rc = lt_check(cublasLtMatmulDescCreate(&op,
-						   g->is_int ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
-						   g->is_int ? CUDA_R_32I : CUDA_R_32F),
-			  "cublasLtMatmulDescCreate");
+	int rc = lt_check(
+	    cublasLtMatmulDescCreate(&op, g->is_int ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+	                             g->is_int ? CUDA_R_32I : CUDA_R_32F),
+	    "cublasLtMatmulDescCreate");
 	if (!rc)
-		rc = lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-							     sizeof ta),
-			      "set TRANSA");
+		rc = lt_check(
+		    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+		    "set TRANSA");
 	if (!rc)
-		rc = lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-							     sizeof tb),
-			      "set TRANSB");
+		rc = lt_check(
+		    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+		    "set TRANSB");
 	// Column-major view (as k_gemm): W[n, k] row-major is k x n (ld k), taken
 	// transposed; Xq[tc, k] is k x tc (ld k); acc[tc, n] is n x tc (ld n).
 	// This is the "TN" layout FP8 kernels require.
@@ -576,15 +582,15 @@ static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_
 		rc = lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
 	if (!rc)
 		rc = lt_check(cublasLtMatmulPreferenceSetAttribute(
-				      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes,
-				      sizeof g->ws_bytes),
-			      "preference workspace");
+		                  pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes,
+		                  sizeof g->ws_bytes),
+		              "preference workspace");
 	cublasLtMatmulHeuristicResult_t res;
 	int n_res = 0;
 	if (!rc)
-		rc = lt_check(cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, lc, lc, pref, 1, &res,
-							     &n_res),
-			      "cublasLtMatmulAlgoGetHeuristic");
+		rc = lt_check(cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, lc, lc, pref, 1,
+		                                             &res, &n_res),
+		              "cublasLtMatmulAlgoGetHeuristic");
 	if (!rc && n_res < 1) {
 		kcu_check(cudaErrorNotSupported, "k_gemm_w8a8: no cuBLASLt algorithm");
 		rc = ERR_UNSUPPORTED;
@@ -594,9 +600,10 @@ static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_
 		const int32_t ai = 1, bi = 0;
 		const void *alpha = g->is_int ? (const void *)&ai : (const void *)&af;
 		const void *beta = g->is_int ? (const void *)&bi : (const void *)&bf;
-		rc = lt_check(cublasLtMatmul(g->lt, op, alpha, g->d_w, la, d_xq, lb, beta, d_acc, lc,
-					     d_acc, lc, &res.algo, g->ws, g->ws_bytes, g->stream),
-			      "cublasLtMatmul");
+		rc =
+		    lt_check(cublasLtMatmul(g->lt, op, alpha, g->d_w, la, d_xq, lb, beta, d_acc, lc,
+		                            d_acc, lc, &res.algo, g->ws, g->ws_bytes, g->stream),
+		             "cublasLtMatmul");
 	}
 	if (pref)
 		cublasLtMatmulPreferenceDestroy(pref);
@@ -612,7 +619,7 @@ static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_
 }
 
 static int w8a8_epilogue(const struct lt_gemm *g, const void *d_acc, const float *d_x_scale,
-			 const float *d_w_scale, int n_w_scales, int tc, float *d_y, int accumulate)
+                         const float *d_w_scale, int n_w_scales, int tc, float *d_y, int accumulate)
 {
 	const size_t count = (size_t)tc * g->n;
 	size_t blocks = (count + 255) / 256;
@@ -620,10 +627,10 @@ static int w8a8_epilogue(const struct lt_gemm *g, const void *d_acc, const float
 		blocks = 65535;
 	if (g->is_int)
 		w8a8_epilogue_kernel<true><<<(unsigned)blocks, 256, 0, g->stream>>>(
-			d_acc, d_x_scale, d_w_scale, n_w_scales, g->n, count, d_y, accumulate);
+		    d_acc, d_x_scale, d_w_scale, n_w_scales, g->n, count, d_y, accumulate);
 	else
 		w8a8_epilogue_kernel<false><<<(unsigned)blocks, 256, 0, g->stream>>>(
-			d_acc, d_x_scale, d_w_scale, n_w_scales, g->n, count, d_y, accumulate);
+		    d_acc, d_x_scale, d_w_scale, n_w_scales, g->n, count, d_y, accumulate);
 	return kcu_launched("k_gemm_w8a8 epilogue");
 }
 
@@ -632,9 +639,8 @@ static int w8a8_epilogue(const struct lt_gemm *g, const void *d_acc, const float
 // are not worth trusting there either, so Xq is copied into the workspace,
 // zero rows appended up to W8A8_MIN_ROWS (exact: zero rows add nothing), and
 // only the first t rows of the product go through the epilogue.
-static int w8a8_padded(struct lt_gemm *g, size_t ws_total, const void *d_xq,
-		       const float *d_x_scale, const float *d_w_scale, int n_w_scales, int t,
-		       float *d_y, int accumulate)
+static int w8a8_padded(struct lt_gemm *g, size_t ws_total, const void *d_xq, const float *d_x_scale,
+                       const float *d_w_scale, int n_w_scales, int t, float *d_y, int accumulate)
 {
 	const size_t xq_bytes = ((size_t)W8A8_MIN_ROWS * g->k + 255) / 256 * 256;
 	const size_t acc_bytes = (size_t)W8A8_MIN_ROWS * g->n * 4;
@@ -645,11 +651,11 @@ static int w8a8_padded(struct lt_gemm *g, size_t ws_total, const void *d_xq,
 	void *acc = xq_pad + xq_bytes;
 	const size_t used = (size_t)t * g->k;
 	int rc = kcu_check(cudaMemcpyAsync(xq_pad, d_xq, used, cudaMemcpyDeviceToDevice, g->stream),
-			   "k_gemm_w8a8: copy Xq");
+	                   "k_gemm_w8a8: copy Xq");
 	if (!rc)
 		rc = kcu_check(cudaMemsetAsync(xq_pad + used, 0,
-					       (size_t)W8A8_MIN_ROWS * g->k - used, g->stream),
-			       "k_gemm_w8a8: zero rows");
+		                               (size_t)W8A8_MIN_ROWS * g->k - used, g->stream),
+		               "k_gemm_w8a8: zero rows");
 	if (!rc)
 		rc = lt_matmul(g, xq_pad, W8A8_MIN_ROWS, acc);
 	if (!rc)
@@ -658,8 +664,8 @@ static int w8a8_padded(struct lt_gemm *g, size_t ws_total, const void *d_xq,
 }
 
 extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
-			   const float *d_w_scale, int n_w_scales, int n, int k, const void *d_xq,
-			   const float *d_x_scale, int t, float *d_y, int accumulate)
+                           const float *d_w_scale, int n_w_scales, int n, int k, const void *d_xq,
+                           const float *d_x_scale, int t, float *d_y, int accumulate)
 {
 	if (!h || !d_w || !d_w_scale || !d_xq || !d_x_scale || !d_y || n <= 0 || k <= 0 || t <= 0)
 		return ERR_INVAL;
@@ -692,13 +698,13 @@ extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 
 	if (t < W8A8_MIN_ROWS)
 		return w8a8_padded(&g, ws_total, d_xq, d_x_scale, d_w_scale, n_w_scales, t, d_y,
-				   accumulate);
+		                   accumulate);
 	if (!accumulate) {
 		// The 4-byte accumulator lands in y, converted in place.
 		g.ws_bytes = ws_total;
 		int rc = lt_matmul(&g, d_xq, t, d_y);
 		return rc ? rc
-			  : w8a8_epilogue(&g, d_y, d_x_scale, d_w_scale, n_w_scales, t, d_y, 0);
+		          : w8a8_epilogue(&g, d_y, d_x_scale, d_w_scale, n_w_scales, t, d_y, 0);
 	}
 	// Workspace = Lt's part + a scratch accumulator for a chunk of rows.
 	if (ws_total < 2 * LT_WS_ACCUM_BYTES)
@@ -716,7 +722,7 @@ extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 		int rc = lt_matmul(&g, (const uint8_t *)d_xq + (size_t)t0 * k, tc, scratch);
 		if (!rc)
 			rc = w8a8_epilogue(&g, scratch, d_x_scale + t0, d_w_scale, n_w_scales, tc,
-					   d_y + (size_t)t0 * n, 1);
+			                   d_y + (size_t)t0 * n, 1);
 		if (rc)
 			return rc;
 		t0 += tc;

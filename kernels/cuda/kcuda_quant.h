@@ -32,9 +32,8 @@ extern "C" {
  * blocks as they are (no repacked layout), k a multiple of 32 and d_w 2-byte
  * aligned (else ERR_INVAL); d_scale ignored. Other w_dt: ERR_UNSUPPORTED.
  * ERR_INVAL for NULL pointers, n, k or t <= 0, or an x_dt above. */
-int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
-	      int n_scales, int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
-	      int accumulate);
+int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale, int n_scales,
+              int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y, int accumulate);
 
 /* Q8_0 repacked for the GPU (optional, faster): the CPU's 34-byte blocks
  * are only 2-byte aligned, so k_gemv_w8(DT_Q8_0) reads them as halfwords
@@ -47,7 +46,7 @@ int k_gemv_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_sca
  * k not a multiple of 32, or another x_dt. */
 int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void *d_qs, void *d_d);
 int k_gemv_q8_0r(void *stream, const void *d_qs, const void *d_d, int n, int k, const void *d_x,
-		 enum dtype x_dt, int t, float *d_y, int accumulate);
+                 enum dtype x_dt, int t, float *d_y, int accumulate);
 
 /* Per-token (row) quantization of X [t, k] (x_dt 16-bit or F32) to q_dt,
  * codes d_xq [t, k] (one byte each) and scales d_scale[t], bit for bit the
@@ -57,7 +56,7 @@ int k_gemv_q8_0r(void *stream, const void *d_qs, const void *d_d, int n, int k, 
  * q = fp8(x / scale), nearest even, saturating). An all-zero row gets scale
  * 0 and codes 0. On stream. ERR_UNSUPPORTED for another q_dt. */
 int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k, enum dtype q_dt,
-		 void *d_xq, float *d_scale);
+                 void *d_xq, float *d_scale);
 
 /* W8A8 through cuBLASLt: Y[t, n] (+)= (Xq · Wq^T) * x_scale[row] *
  * w_scale[col or 0], on the handle's stream (k_blas_stream), no allocation
@@ -72,8 +71,8 @@ int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k, e
  * workspace cannot hold the scratch: accumulate with n > 98304); n_w_scales
  * 1 or n and non-NULL pointers, else ERR_INVAL. */
 int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt, const float *d_w_scale,
-		int n_w_scales, int n, int k, const void *d_xq, const float *d_x_scale, int t,
-		float *d_y, int accumulate);
+                int n_w_scales, int n, int k, const void *d_xq, const float *d_x_scale, int t,
+                float *d_y, int accumulate);
 
 #ifdef __cplusplus
 }

@@ -26,20 +26,20 @@
 #include "kernels/cuda/kcuda_quant.h"
 #include "kernels/dtype.h"
 
-#define MAX_REPS 50
+#define MAX_REPS    50
 #define FLUSH_BYTES ((size_t)256 << 20)
-#define FILL_BYTES ((size_t)16 << 20) /* host pattern, tiled over device buffers */
-#define PREFILL_T 2048
+#define FILL_BYTES  ((size_t)16 << 20) /* host pattern, tiled over device buffers */
+#define PREFILL_T   2048
 
 struct shape {
 	const char *name;
 	int n, k;
 };
 static const struct shape shapes[] = {
-	{"qkv", 6144, 4096},
-	{"o", 4096, 4096},
-	{"gate_up", 28672, 4096},
-	{"down", 4096, 14336},
+    {"qkv", 6144, 4096},
+    {"o", 4096, 4096},
+    {"gate_up", 28672, 4096},
+    {"down", 4096, 14336},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -63,17 +63,17 @@ struct op {
 	const float *d_ws;
 	int n_ws;
 	const void *d_wd; /* repacked Q8_0 scales */
-	const void *d_x; /* BF16 [t, k] */
-	void *d_xq;	 /* 8-bit [t, k] */
-	float *d_xs;	 /* [t] */
-	float *d_y;	 /* F32 [t, n] */
+	const void *d_x;  /* BF16 [t, k] */
+	void *d_xq;       /* 8-bit [t, k] */
+	float *d_xs;      /* [t] */
+	float *d_y;       /* F32 [t, n] */
 };
 
 static int check(int rc, const char *what)
 {
 	if (rc)
 		fprintf(stderr, "bench_cuda_quant: %s failed: %d (%s)\n", what, rc,
-			k_cuda_last_error());
+		        k_cuda_last_error());
 	return rc;
 }
 
@@ -84,20 +84,20 @@ static int run_op(struct bench *b, const struct op *o)
 		return k_gemm(b->blas, o->d_w, DT_BF16, o->n, o->k, o->d_x, o->t, o->d_y, 0);
 	case OP_GEMV:
 		return k_gemv_w8(b->stream, o->d_w, o->w_dt, o->d_ws, o->n_ws, o->n, o->k, o->d_x,
-				 DT_BF16, o->t, o->d_y, 0);
+		                 DT_BF16, o->t, o->d_y, 0);
 	case OP_GEMV_Q8R:
 		return k_gemv_q8_0r(b->stream, o->d_w, o->d_wd, o->n, o->k, o->d_x, DT_BF16, o->t,
-				    o->d_y, 0);
+		                    o->d_y, 0);
 	case OP_QUANT_W8A8: {
-		int rc = k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt, o->d_xq,
-				      o->d_xs);
+		int rc =
+		    k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt, o->d_xq, o->d_xs);
 		if (rc)
 			return rc;
 	}
 		/* fall through */
 	case OP_W8A8:
 		return k_gemm_w8a8(b->blas, o->d_w, o->w_dt, o->d_ws, o->n_ws, o->n, o->k, o->d_xq,
-				   o->d_xs, o->t, o->d_y, 0);
+		                   o->d_xs, o->t, o->d_y, 0);
 	}
 	return ERR_INVAL;
 }
@@ -173,11 +173,13 @@ static int bench_decode(struct bench *b)
 	int rc = 0;
 	for (int s = 0; !rc && s < N_SHAPES; s++) {
 		const int n = shapes[s].n, k = shapes[s].k;
-		void *d_w16 = NULL, *d_w8 = NULL, *d_x = NULL, *d_ws = NULL, *d_y = NULL, *d_wd = NULL;
+		void *d_w16 = NULL, *d_w8 = NULL, *d_x = NULL, *d_ws = NULL, *d_y = NULL,
+		     *d_wd = NULL;
 		const size_t q8_bytes = (size_t)n * (k / Q8_0_BLOCK) * sizeof(struct q8_0_block);
 		rc = alloc_filled(b, &d_w16, (size_t)n * k * 2);
 		if (!rc)
-			rc = alloc_filled(b, &d_w8, q8_bytes); /* >= n * k: fits every 8-bit layout */
+			rc = alloc_filled(b, &d_w8,
+			                  q8_bytes); /* >= n * k: fits every 8-bit layout */
 		if (!rc)
 			rc = alloc_filled(b, &d_wd, (size_t)n * (k / Q8_0_BLOCK) * 2);
 		if (!rc)
@@ -186,13 +188,18 @@ static int bench_decode(struct bench *b)
 			rc = check(k_cuda_malloc(&d_ws, (size_t)n * sizeof(float)), "malloc");
 		if (!rc)
 			rc = check(k_cuda_memset_async(NULL, d_ws, 0, (size_t)n * sizeof(float)),
-				   "memset"); /* scale 0: finite outputs */
+			           "memset"); /* scale 0: finite outputs */
 		if (!rc)
 			rc = check(k_cuda_malloc(&d_y, (size_t)16 * n * sizeof(float)), "malloc");
 		for (int ti = 0; !rc && ti < 2; ti++) {
 			const int t = ts[ti];
-			struct op o = {.kind = OP_BF16, .n = n, .k = k, .t = t, .d_w = d_w16,
-				       .d_x = d_x, .d_y = d_y};
+			struct op o = {.kind = OP_BF16,
+			               .n = n,
+			               .k = k,
+			               .t = t,
+			               .d_w = d_w16,
+			               .d_x = d_x,
+			               .d_y = d_y};
 			double bf16_ms = 0;
 			rc = time_op(b, &o, &bf16_ms);
 			if (rc)
@@ -209,18 +216,23 @@ static int bench_decode(struct bench *b)
 				o.n_ws = wdts[w] == DT_Q8_0 ? 0 : n;
 				double ms = 0;
 				rc = time_op(b, &o, &ms);
-				if (rc)
-					break;
-				const double bytes = wdts[w] == DT_Q8_0 ? (double)q8_bytes
-									: (double)n * k;
+				if (rc) { /* report it and go on with the other kinds */
+					printf("quant.decode.%s.t%d.%s_error=%d\n", shapes[s].name,
+					       t, wnames[w], rc);
+					rc = 0;
+					continue;
+				}
+				const double bytes =
+				    wdts[w] == DT_Q8_0 ? (double)q8_bytes : (double)n * k;
 				const char *wn = wnames[w];
-				printf("%-8s %5d %2d %-8s %9.4f %9.0f %9.2f\n", shapes[s].name, n, t,
-				       wn, ms, bytes / ms / 1e6, bf16_ms / ms);
-				printf("quant.decode.%s.t%d.%s_ms=%.4f\n", shapes[s].name, t, wn, ms);
+				printf("%-8s %5d %2d %-8s %9.4f %9.0f %9.2f\n", shapes[s].name, n,
+				       t, wn, ms, bytes / ms / 1e6, bf16_ms / ms);
+				printf("quant.decode.%s.t%d.%s_ms=%.4f\n", shapes[s].name, t, wn,
+				       ms);
 				printf("quant.decode.%s.t%d.%s_gbs=%.0f\n", shapes[s].name, t, wn,
 				       bytes / ms / 1e6);
-				printf("quant.decode.%s.t%d.%s_speedup_vs_bf16=%.3f\n", shapes[s].name,
-				       t, wn, bf16_ms / ms);
+				printf("quant.decode.%s.t%d.%s_speedup_vs_bf16=%.3f\n",
+				       shapes[s].name, t, wn, bf16_ms / ms);
 			}
 		}
 		k_cuda_free(d_w16);
@@ -258,8 +270,8 @@ static int bench_prefill(struct bench *b)
 			rc = check(k_cuda_malloc(&d_xs, (size_t)t * sizeof(float)), "malloc");
 		if (!rc)
 			rc = check(k_cuda_malloc(&d_y, (size_t)t * n * sizeof(float)), "malloc");
-		struct op o = {.kind = OP_BF16, .n = n, .k = k, .t = t, .d_w = d_w16, .d_x = d_x,
-			       .d_y = d_y};
+		struct op o = {
+		    .kind = OP_BF16, .n = n, .k = k, .t = t, .d_w = d_w16, .d_x = d_x, .d_y = d_y};
 		double bf16_ms = 0;
 		if (!rc)
 			rc = time_op(b, &o, &bf16_ms);
@@ -271,7 +283,8 @@ static int bench_prefill(struct bench *b)
 		for (int q = 0; !rc && q < 2; q++) {
 			const enum dtype w_dt = q ? DT_I8 : DT_F8_E4M3;
 			if (w_dt == DT_F8_E4M3 && !b->has_fp8) {
-				printf("%-8s FP8: no FP8 tensor cores on this device\n", shapes[s].name);
+				printf("%-8s FP8: no FP8 tensor cores on this device\n",
+				       shapes[s].name);
 				continue;
 			}
 			o.w_dt = w_dt;
@@ -282,7 +295,7 @@ static int bench_prefill(struct bench *b)
 			o.d_xs = d_xs;
 			/* X quantized once so the GEMM-only runs see real codes. */
 			rc = check(k_quant_rows(b->stream, d_x, DT_BF16, t, k, w_dt, d_xq, d_xs),
-				   "k_quant_rows");
+			           "k_quant_rows");
 			double ms = 0, msq = 0;
 			o.kind = OP_W8A8;
 			if (!rc)
@@ -290,12 +303,17 @@ static int bench_prefill(struct bench *b)
 			o.kind = OP_QUANT_W8A8;
 			if (!rc)
 				rc = time_op(b, &o, &msq);
-			if (rc)
-				break;
+			if (rc) { /* report it and go on with the other type and shapes */
+				printf("quant.prefill.%s.%s_error=%d\n", shapes[s].name,
+				       dtype_name(w_dt), rc);
+				rc = 0;
+				continue;
+			}
 			const char *nm = dtype_name(w_dt);
-			printf("%-8s %5d %5d %-6s %9.4f %9.1f %9.4f %9.2f\n", shapes[s].name, n, k, nm,
-			       ms, flop / ms / 1e9, msq, bf16_ms / ms);
-			printf("quant.prefill.%s.%s_tflops=%.1f\n", shapes[s].name, nm, flop / ms / 1e9);
+			printf("%-8s %5d %5d %-6s %9.4f %9.1f %9.4f %9.2f\n", shapes[s].name, n, k,
+			       nm, ms, flop / ms / 1e9, msq, bf16_ms / ms);
+			printf("quant.prefill.%s.%s_tflops=%.1f\n", shapes[s].name, nm,
+			       flop / ms / 1e9);
 			printf("quant.prefill.%s.%s_with_quant_tflops=%.1f\n", shapes[s].name, nm,
 			       flop / msq / 1e9);
 			printf("quant.prefill.%s.%s_speedup_vs_bf16=%.3f\n", shapes[s].name, nm,

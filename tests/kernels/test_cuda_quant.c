@@ -45,7 +45,7 @@ enum wkind { W_I8_ROW, W_I8_TENSOR, W_F8_ROW, W_F8_TENSOR, W_Q8_0, W__COUNT };
 static const char *const wkind_name[] = {"i8/row", "i8/tensor", "f8/row", "f8/tensor", "q8_0"};
 
 struct wmat {
-	struct kmat m;	   /* host view for the CPU kernels */
+	struct kmat m;     /* host view for the CPU kernels */
 	struct kmat abs_m; /* |w|: for the sum of |w||x| in the tolerance */
 	void *data, *abs_data;
 	float *scale;
@@ -134,7 +134,7 @@ static size_t g_cases;
 /* misalign: X placed 2 bytes past a 16-byte boundary (the element-wise
  * staging path instead of 16-byte loads). */
 static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, enum dtype x_dt,
-		      int accumulate, int misalign)
+                      int accumulate, int misalign)
 {
 	struct wmat w;
 	make_weights(r, kind, n, k, &w);
@@ -177,10 +177,11 @@ static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, en
 		if (accumulate)
 			kc_ok(k_cuda_memcpy_h2d(d_y, y0, ny * sizeof(float)), "upload y0");
 		else
-			kc_ok(k_cuda_memset_async(NULL, d_y, 0xff, ny * sizeof(float)), "NaN-fill y");
+			kc_ok(k_cuda_memset_async(NULL, d_y, 0xff, ny * sizeof(float)),
+			      "NaN-fill y");
 		if (variant == 0) {
-			kc_ok(k_gemv_w8(NULL, d_w, w.m.dtype, d_s, (int)w.m.n_scale, n, k, d_x, x_dt, t,
-					d_y, accumulate),
+			kc_ok(k_gemv_w8(NULL, d_w, w.m.dtype, d_s, (int)w.m.n_scale, n, k, d_x,
+			                x_dt, t, d_y, accumulate),
 			      "k_gemv_w8");
 		} else {
 			const size_t nb = (size_t)n * (k / Q8_0_BLOCK);
@@ -196,8 +197,10 @@ static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, en
 			kc_download(dd, d_d, nb * 2);
 			const struct q8_0_block *b = w.data;
 			for (size_t i = 0; i < nb; i++)
-				if (dd[i] != b[i].d || memcmp(qs + i * Q8_0_BLOCK, b[i].qs, Q8_0_BLOCK))
-					kc_fail("k_q8_0_repack: block %zu differs (N=%d K=%d)", i, n, k);
+				if (dd[i] != b[i].d ||
+				    memcmp(qs + i * Q8_0_BLOCK, b[i].qs, Q8_0_BLOCK))
+					kc_fail("k_q8_0_repack: block %zu differs (N=%d K=%d)", i,
+					        n, k);
 			free(qs);
 			free(dd);
 		}
@@ -207,8 +210,8 @@ static void gemv_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, en
 			got[i] /= norm[i];
 		char what[160];
 		snprintf(what, sizeof what, "gemv %s%s N=%d K=%d T=%d x=%s%s acc=%d (/ sum|w||x|)",
-			 wkind_name[kind], variant ? " repacked" : "", n, k, t, dtype_name(x_dt),
-			 misalign ? " misaligned" : "", accumulate);
+		         wkind_name[kind], variant ? " repacked" : "", n, k, t, dtype_name(x_dt),
+		         misalign ? " misaligned" : "", accumulate);
 		kc_compare(what, got, ref, ny, GEMV_TOL, 0.0f);
 		g_cases++;
 	}
@@ -251,7 +254,7 @@ static void test_gemv(struct kc_rng *r)
 				const int acc = (combo >> 1) & 1;
 				combo++;
 				gemv_case(r, (enum wkind)kind, shapes[s][0], shapes[s][1], ts[ti],
-					  x_dt, acc, 0);
+				          x_dt, acc, 0);
 			}
 		}
 	}
@@ -317,7 +320,7 @@ static void make_act(struct kc_rng *r, float *x, int t, int k, enum dtype x_dt)
 
 /* Runs k_quant_rows on x; returns codes (as float values) and scales. */
 static void gpu_quant(const float *x, int t, int k, enum dtype x_dt, enum dtype q_dt, float *codes,
-		      float *scales, uint8_t *raw)
+                      float *scales, uint8_t *raw)
 {
 	const size_t nx = (size_t)t * k;
 	void *xp = kc_pack(x, nx, x_dt);
@@ -346,7 +349,8 @@ static void test_quant_rows(struct kc_rng *r)
 		const enum dtype x_dt = xdts[s % 3];
 		float *x = xmalloc(nx * sizeof(float));
 		float *codes = xmalloc(nx * sizeof(float)), *ref = xmalloc(nx * sizeof(float));
-		float *sc = xmalloc((size_t)t * sizeof(float)), *sref = xmalloc((size_t)t * sizeof(float));
+		float *sc = xmalloc((size_t)t * sizeof(float)),
+		      *sref = xmalloc((size_t)t * sizeof(float));
 		uint8_t *raw = xmalloc(nx), *qref = xmalloc(nx);
 		make_act(r, x, t, k, x_dt);
 		char what[128];
@@ -355,11 +359,11 @@ static void test_quant_rows(struct kc_rng *r)
 		gpu_quant(x, t, k, x_dt, DT_I8, codes, sc, raw);
 		for (int i = 0; i < t; i++)
 			kcpu_quantize_act_i8(x + (size_t)i * k, k, (int8_t *)qref + (size_t)i * k,
-					     &sref[i]);
+			                     &sref[i]);
 		for (size_t i = 0; i < nx; i++)
 			ref[i] = (float)(int8_t)qref[i];
 		snprintf(what, sizeof what, "quant_rows i8 codes t=%d k=%d x=%s", t, k,
-			 dtype_name(x_dt));
+		         dtype_name(x_dt));
 		kc_compare(what, codes, ref, nx, 0.0f, 0.0f);
 		snprintf(what, sizeof what, "quant_rows i8 scales t=%d k=%d", t, k);
 		kc_compare(what, sc, sref, (size_t)t, 0.0f, 0.0f);
@@ -371,7 +375,7 @@ static void test_quant_rows(struct kc_rng *r)
 		for (size_t i = 0; i < nx; i++)
 			ref[i] = f8e4m3_to_f32(qref[i]);
 		snprintf(what, sizeof what, "quant_rows f8 codes t=%d k=%d x=%s", t, k,
-			 dtype_name(x_dt));
+		         dtype_name(x_dt));
 		kc_compare(what, codes, ref, nx, 0.0f, 0.0f);
 		snprintf(what, sizeof what, "quant_rows f8 scales t=%d k=%d", t, k);
 		kc_compare(what, sc, sref, (size_t)t, 0.0f, 0.0f);
@@ -405,12 +409,13 @@ static void test_quant_rows(struct kc_rng *r)
 #define FP8_TOL (1.0f / 4096.0f)
 
 static void w8a8_case(struct k_blas *h, struct kc_rng *r, enum dtype w_dt, int per_row, int n,
-		      int k, int t, int accumulate)
+                      int k, int t, int accumulate)
 {
 	const bool f8 = w_dt == DT_F8_E4M3;
 	struct wmat w;
-	make_weights(r, f8 ? (per_row ? W_F8_ROW : W_F8_TENSOR) : (per_row ? W_I8_ROW : W_I8_TENSOR),
-		     n, k, &w);
+	make_weights(r,
+	             f8 ? (per_row ? W_F8_ROW : W_F8_TENSOR) : (per_row ? W_I8_ROW : W_I8_TENSOR),
+	             n, k, &w);
 	const size_t nx = (size_t)t * k, ny = (size_t)t * n;
 	float *x = xmalloc(nx * sizeof(float));
 	make_act(r, x, t, k, DT_F16);
@@ -431,15 +436,15 @@ static void w8a8_case(struct k_blas *h, struct kc_rng *r, enum dtype w_dt, int p
 	else
 		kc_ok(k_cuda_memset_async(stream, d_y, 0xff, ny * sizeof(float)), "NaN-fill y");
 	kc_ok(k_quant_rows(stream, d_x, DT_F16, t, k, w_dt, d_xq, d_xs), "k_quant_rows");
-	kc_ok(k_gemm_w8a8(h, d_w, w_dt, d_ws, (int)w.m.n_scale, n, k, d_xq, d_xs, t, d_y,
-			  accumulate),
-	      "k_gemm_w8a8");
+	kc_ok(
+	    k_gemm_w8a8(h, d_w, w_dt, d_ws, (int)w.m.n_scale, n, k, d_xq, d_xs, t, d_y, accumulate),
+	    "k_gemm_w8a8");
 	kc_sync("k_gemm_w8a8");
 	kc_download(got, d_y, ny * sizeof(float));
 
 	char what[160];
 	snprintf(what, sizeof what, "w8a8 %s/%s N=%d K=%d T=%d acc=%d", dtype_name(w_dt),
-		 per_row ? "row" : "tensor", n, k, t, accumulate);
+	         per_row ? "row" : "tensor", n, k, t, accumulate);
 	if (!f8) {
 		/* Exact int32 sums, then (float)sum * (w_scale * x_scale) on both
 		 * sides; k_quant_rows is the CPU quantizer (checked above). */
@@ -516,10 +521,13 @@ static void test_w8a8(struct kc_rng *r)
 	struct {
 		int n, k, t;
 	} shapes[] = {/* T < 32 goes through the padded path */
-		      {1008, 1024, 1}, {64, 96, 7}, {128, 256, 31},
-		      {256, 4096, 33}, {512, 2048, 64},
-		      /* accumulate: two row chunks of the 24 MiB scratch */
-		      {65536, 32, 112}};
+	              {1008, 1024, 1},
+	              {64, 96, 7},
+	              {128, 256, 31},
+	              {256, 4096, 33},
+	              {512, 2048, 64},
+	              /* accumulate: two row chunks of the 24 MiB scratch */
+	              {65536, 32, 112}};
 	const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
 	for (int q = 0; q < 2; q++) {
 		const enum dtype w_dt = q ? DT_F8_E4M3 : DT_I8;
@@ -539,7 +547,7 @@ static void test_w8a8(struct kc_rng *r)
 				if (last && !acc)
 					continue;
 				w8a8_case(h, r, w_dt, (s + acc) & 1, shapes[s].n, shapes[s].k,
-					  shapes[s].t, acc);
+				          shapes[s].t, acc);
 			}
 		}
 	}

@@ -1,5 +1,7 @@
 // kernels/cuda/k_quant.cu — kcuda_quant.h: the 8-bit weight paths on the GPU.
 //   k_gemv_w8     weight-only GEMV/skinny GEMM for decode (I8, F8 E4M3, Q8_0),
+//   k_q8_0_repack, k_gemv_q8_0r  Q8_0 split into aligned codes + scales, and
+//                 the same GEMV on that layout (16-byte loads, like I8),
 //   k_quant_rows  per-token activation quantization (the CPU's rule),
 //   k_gemm_w8a8   FP8 x FP8 and INT8 x INT8 GEMMs through cuBLASLt, with the
 //                 per-token and per-channel scales applied in a small epilogue.

@@ -1,6 +1,7 @@
 /* kernels/cuda/kcuda_quant.h — 8-bit weight paths on the GPU (INT8, Q8_0,
- * FP8 E4M3): weight-only GEMV for small batches, W8A8 GEMMs through
- * cuBLASLt for prefill, per-token activation quantization.
+ * FP8 E4M3): weight-only GEMV for small batches (and an optional repacked
+ * Q8_0 layout for it), W8A8 GEMMs through cuBLASLt for prefill, per-token
+ * activation quantization. Launchers never synchronize; plain C.
  *
  * Same shapes as kcuda_gemm.h: Y[T, N] (F32, accumulate != 0 adds) =
  * X[T, K] · dequant(W)[N, K]^T. Weight layouts are those of the CPU engine

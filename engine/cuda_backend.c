@@ -212,7 +212,8 @@ static void to_16bit(const struct kmat *w, enum dtype gdt, uint16_t *dst, float 
 
 /* The storage dtype a group of matrices gets on the device: the requested
  * quantization for 16/32-bit sources, the files' 8-bit type when all parts
- * share it, else the compute dtype. */
+ * share it, else the compute dtype. INT8/FP8 rows need k a multiple of 16
+ * (k_gemv_w8); other widths are dequantized to the compute dtype. */
 static enum dtype target_dtype(const struct kmat *parts, int n, enum dtype quant, enum dtype gdt)
 {
 	if (quant == DT__COUNT) /* forced to 16 bits (the embedding table) */
@@ -222,9 +223,11 @@ static enum dtype target_dtype(const struct kmat *parts, int n, enum dtype quant
 		all_wide &= !is_8bit(parts[i].dtype);
 		same &= parts[i].dtype == parts[0].dtype;
 	}
-	if (all_wide)
-		return quant == DT_I8 || quant == DT_F8_E4M3 ? quant : gdt;
-	return same ? parts[0].dtype : gdt;
+	enum dtype dt = all_wide ? (quant == DT_I8 || quant == DT_F8_E4M3 ? quant : gdt)
+				 : same ? parts[0].dtype : gdt;
+	if ((dt == DT_I8 || dt == DT_F8_E4M3) && parts[0].cols % 16 != 0)
+		dt = gdt;
+	return dt;
 }
 
 /* Upload the row-wise concatenation of parts as one projection; quant is
@@ -491,7 +494,10 @@ static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, 
 {
 	if (w->dt == DT_F16 || w->dt == DT_BF16)
 		return k_gemm(cb->blas, w->d, w->dt, w->n, w->k, x, t, y, accumulate);
-	if (t <= W8_GEMV_MAX_T || w->dt == DT_Q8_0 ||
+	/* the weight-only GEMV is correct at any t: it takes what W8A8 cannot
+	 * (Q8_0, FP8 without FP8 tensor cores, n or k not a multiple of 16,
+	 * e.g. an 8-bit LM head over a ragged vocabulary) */
+	if (t <= W8_GEMV_MAX_T || w->dt == DT_Q8_0 || w->n % 16 != 0 || w->k % 16 != 0 ||
 	    (w->dt == DT_F8_E4M3 && !cb->props.has_fp8))
 		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->n,
 				 w->k, x, cb->gdt, t, y, accumulate);
@@ -634,24 +640,44 @@ static int stage(struct cuda_backend *cb, const struct engine_batch *b, int t_pa
 				       (m->tables + (size_t)n_seqs * MB) * sizeof(int32_t));
 }
 
-static int forward_graph(struct cuda_backend *cb, const struct engine_batch *b, float *logits)
+/* Capture (once per padded size) and replay the decode step. *eager is set
+ * when the graph could not be captured (a library refused it): graphs are
+ * then off for good and the caller runs the step eagerly; nothing of the
+ * step has been done then but KV writes the eager step repeats. */
+static int forward_graph(struct cuda_backend *cb, const struct engine_batch *b, float *logits,
+			 bool *eager)
 {
 	const int gi = graph_index(b->n_tokens), t_pad = 1 << gi;
 	int max_rows, max_ctx;
+	*eager = false;
 	int rc = stage(cb, b, t_pad, &max_rows, &max_ctx);
 	if (rc)
 		return rc;
 	if (!cb->graphs[gi]) {
-		/* the grid of the decode attention depends on max_ctx only through
-		 * the capacity, so one capture serves every later context */
-		if ((rc = k_cuda_graph_begin(cb->stream)))
+		/* Warm-up: the same padded step once, eagerly (it writes the KV
+		 * values the replay writes again), so every kernel module, cuBLAS
+		 * heuristic and launcher check has run before the capture. The
+		 * grid of the decode attention depends on max_ctx only through the
+		 * capacity, so one capture serves every later context. */
+		if ((rc = run_layers(cb, t_pad, t_pad, 1, cb->max_ctx, true, t_pad)) ||
+		    (rc = k_cuda_stream_sync(cb->stream)))
 			return rc;
-		rc = run_layers(cb, t_pad, t_pad, 1, cb->max_ctx, true, t_pad);
 		void *g = NULL;
-		int rc_end = k_cuda_graph_end(cb->stream, &g);
+		int rc_end = 0;
+		if (!(rc = k_cuda_graph_begin(cb->stream))) {
+			rc = run_layers(cb, t_pad, t_pad, 1, cb->max_ctx, true, t_pad);
+			rc_end = k_cuda_graph_end(cb->stream, &g);
+		}
 		if (rc || rc_end) {
 			k_cuda_graph_destroy(g);
-			return rc ? rc : rc_end;
+			if (rc && rc != ERR_DEVICE)
+				return rc;
+			log_warn("cuda", "CUDA graph capture failed (%s); running decode steps eagerly",
+				 k_cuda_last_error());
+			cb->graphs_ok = false;
+			drop_graphs(cb);
+			*eager = true;
+			return 0;
 		}
 		cb->graphs[gi] = g;
 	}
@@ -681,37 +707,40 @@ static bool graph_eligible(const struct cuda_backend *cb, const struct engine_ba
 	return t_pad <= cb->max_t && t_pad <= LOGIT_ROWS;
 }
 
+/* A failed step may leave work queued that still reads the pinned staging
+ * area: drain the stream before the next step rewrites it. */
+static int step_failed(struct cuda_backend *cb, int rc)
+{
+	k_cuda_stream_sync(cb->stream);
+	return rc;
+}
+
 static int cu_forward(struct backend *be, const struct engine_batch *b, float *logits)
 {
 	struct cuda_backend *cb = (struct cuda_backend *)be;
 	int rc;
 	if (graph_eligible(cb, b)) {
-		rc = forward_graph(cb, b, logits);
-		if (rc != ERR_DEVICE)
-			return rc;
-		/* capture is not possible here (a library refused it): go eager */
-		log_warn("cuda", "CUDA graph capture failed (%s); running decode steps eagerly",
-			 k_cuda_last_error());
-		cb->graphs_ok = false;
-		drop_graphs(cb);
-		k_cuda_stream_sync(cb->stream);
+		bool eager;
+		rc = forward_graph(cb, b, logits, &eager);
+		if (rc || !eager)
+			return rc ? step_failed(cb, rc) : 0;
 	}
 	int max_rows, max_ctx;
 	if ((rc = stage(cb, b, 0, &max_rows, &max_ctx)))
-		return rc;
+		return step_failed(cb, rc);
 	const int first = b->n_logits < LOGIT_ROWS ? b->n_logits : LOGIT_ROWS;
 	if ((rc = run_layers(cb, b->n_tokens, b->n_seqs, max_rows, max_ctx, max_rows == 1, first)))
-		return rc;
+		return step_failed(cb, rc);
 	if (b->n_logits == 0)
 		return k_cuda_stream_sync(cb->stream);
 	if ((rc = copy_logits(cb, logits, 0, first)))
-		return rc;
+		return step_failed(cb, rc);
 	for (int i = first; i < b->n_logits && !rc; i += LOGIT_ROWS) {
 		const int n = b->n_logits - i < LOGIT_ROWS ? b->n_logits - i : LOGIT_ROWS;
 		if (!(rc = lm_head_rows(cb, i, n)))
 			rc = copy_logits(cb, logits, i, n);
 	}
-	return rc;
+	return rc ? step_failed(cb, rc) : 0;
 }
 
 /* ---- sampling on the device ------------------------------------------------------ */
@@ -744,6 +773,23 @@ static bool identity_rows(const struct engine_batch *b)
 	return true;
 }
 
+/* Entries of the CSR payloads the rows reach: the largest end, not the last
+ * row's (a row's range may be empty anywhere; engine.c checked begin <= end). */
+static void csr_counts(const struct k_sample_args *a, size_t *n_pen, size_t *n_bias,
+		       size_t *n_ban)
+{
+	int32_t pen = 0, bias = 0, ban = 0;
+	for (int i = 0; i < a->n_rows; i++) {
+		const struct k_sample_row *r = &a->rows[i];
+		pen = r->pen_end > r->pen_begin && r->pen_end > pen ? r->pen_end : pen;
+		bias = r->bias_end > r->bias_begin && r->bias_end > bias ? r->bias_end : bias;
+		ban = r->ban_end > r->ban_begin && r->ban_end > ban ? r->ban_end : ban;
+	}
+	*n_pen = a->pen ? (size_t)pen : 0;
+	*n_bias = a->bias ? (size_t)bias : 0;
+	*n_ban = a->ban ? (size_t)ban : 0;
+}
+
 /* The step with the logits left on the device (cb->logits, rows in
  * logits_rows order), then k_sample over them; only the sampled tokens and
  * the logprobs asked for come back. More logits rows than one LM-head pass
@@ -768,30 +814,21 @@ static int cu_forward_sample(struct backend *be, const struct engine_batch *b,
 	}
 	if (n == 0)
 		return cu_forward(be, b, NULL);
-	if (graph_eligible(cb, b) && identity_rows(b)) {
-		rc = forward_graph(cb, b, NULL);
-		if (rc == ERR_DEVICE) {
-			log_warn("cuda", "CUDA graph capture failed (%s); running decode steps eagerly",
-				 k_cuda_last_error());
-			cb->graphs_ok = false;
-			drop_graphs(cb);
-			k_cuda_stream_sync(cb->stream);
-		}
-	} else {
-		rc = ERR_STATE; /* eager below */
-	}
-	if (rc) {
+	bool eager = true;
+	if (graph_eligible(cb, b) && identity_rows(b) &&
+	    (rc = forward_graph(cb, b, NULL, &eager)))
+		return step_failed(cb, rc);
+	if (eager) {
 		int max_rows, max_ctx;
 		if ((rc = stage(cb, b, 0, &max_rows, &max_ctx)) ||
 		    (rc = run_layers(cb, b->n_tokens, b->n_seqs, max_rows, max_ctx, max_rows == 1,
 				     n)))
-			return rc;
+			return step_failed(cb, rc);
 	}
 	/* inputs */
 	const size_t top = (size_t)n * K_SAMPLE_MAX_TOP;
-	const size_t n_pen = a->pen ? (size_t)a->rows[n - 1].pen_end : 0;
-	const size_t n_bias = a->bias ? (size_t)a->rows[n - 1].bias_end : 0;
-	const size_t n_ban = a->ban ? (size_t)a->rows[n - 1].ban_end : 0;
+	size_t n_pen, n_bias, n_ban;
+	csr_counts(a, &n_pen, &n_bias, &n_ban);
 	size_t ws = k_sample_workspace_bytes(n, V);
 	if ((rc = cu_buf_put(cb, &cb->s_rows, a->rows, (size_t)n * sizeof *a->rows)) ||
 	    (rc = cu_buf_put(cb, &cb->s_pen, a->pen, n_pen * sizeof *a->pen)) ||
@@ -799,7 +836,7 @@ static int cu_forward_sample(struct backend *be, const struct engine_batch *b,
 	    (rc = cu_buf_put(cb, &cb->s_ban, a->ban, n_ban * sizeof *a->ban)) ||
 	    (rc = cu_buf_fit(&cb->s_ws, ws)) ||
 	    (rc = cu_buf_fit(&cb->s_out, (size_t)n * 12 + top * 8)))
-		return rc;
+		return step_failed(cb, rc);
 	/* outputs: token, logprob, rank [n] each, then top ids and logprobs */
 	char *o = cb->s_out.d;
 	struct k_sample_args d = {
@@ -817,7 +854,7 @@ static int cu_forward_sample(struct backend *be, const struct engine_batch *b,
 	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->rank, d.rank, (size_t)n * 4)) ||
 	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->top_ids, d.top_ids, top * 4)) ||
 	    (rc = k_cuda_memcpy_d2h_async(cb->stream, a->top_logprobs, d.top_logprobs, top * 4)))
-		return rc;
+		return step_failed(cb, rc);
 	return k_cuda_stream_sync(cb->stream);
 }
 
@@ -898,7 +935,10 @@ static int size_kv(struct cuda_backend *cb, const struct engine_opts *o, int *n_
 				"the max model length needs %d",
 				util, (double)total_b / (1 << 30), n > 0 ? n : 0,
 				used / (1 << 30), o->max_blocks_per_seq);
-	*n_blocks = n > 4e6 ? 4000000 : (int)n;
+	/* slots are int32 (block * block_size + offset): the engine checks the
+	 * same bound for a pool it is given */
+	const double cap = fmin(4e6, (double)(INT32_MAX / o->block_size));
+	*n_blocks = n > cap ? (int)cap : (int)n;
 	return 0;
 }
 
@@ -972,6 +1012,15 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 	if ((rc = upload_vec(cb, &m->w.out_norm, c->hidden, true, &cb->out_norm, d)) ||
 	    (rc = load_layers(cb, opts->quantization, d)) || (rc = alloc_activations(cb, d)))
 		goto fail;
+	/* the sampling workspace for the most rows k_sample sees at once, before
+	 * the KV pool takes what is left (up to ~0.3 GB for big vocabularies) */
+	const int s_rows = opts->max_batch_tokens < LOGIT_ROWS ? opts->max_batch_tokens : LOGIT_ROWS;
+	const size_t s_ws = k_sample_workspace_bytes(s_rows, c->vocab);
+	if ((rc = k_cuda_malloc(&cb->s_ws.d, s_ws ? s_ws : 16))) {
+		dev_error(d, rc, "sampling workspace");
+		goto fail;
+	}
+	cb->s_ws.cap = s_ws;
 	int n_blocks = 0;
 	if ((rc = size_kv(cb, opts, &n_blocks, d)))
 		goto fail;

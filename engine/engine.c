@@ -185,6 +185,16 @@ int engine_forward_sample(struct engine *e, const struct engine_batch *b,
 	    (n > 0 && (!a->rows || !a->token || !a->logprob || !a->rank || !a->top_ids ||
 		       !a->top_logprobs)))
 		return ERR_INVAL;
+	/* the rows' CSR ranges, checked before the step (k_sample_ref's rules;
+	 * the device kernel trusts them): a bad row must not cost the KV writes */
+	for (int i = 0; i < n; i++) {
+		const struct k_sample_row *r = &a->rows[i];
+		if (r->n_logprobs > K_SAMPLE_MAX_TOP || r->pen_begin < 0 || r->pen_begin > r->pen_end ||
+		    r->bias_begin < 0 || r->bias_begin > r->bias_end || r->ban_begin < 0 ||
+		    r->ban_begin > r->ban_end || (r->pen_end > r->pen_begin && !a->pen) ||
+		    (r->bias_end > r->bias_begin && !a->bias) || (r->ban_end > r->ban_begin && !a->ban))
+			return ERR_INVAL;
+	}
 	if (e->be->ops->forward_sample)
 		return e->be->ops->forward_sample(e->be, b, a);
 	size_t need;

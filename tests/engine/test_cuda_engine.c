@@ -14,7 +14,9 @@
  *  4. copy_blocks, invalid batches (ERR_INVAL, engine still usable), and the
  *     KV pool sized from gpu_memory_utilization;
  *  5. (issue 10) FP8 KV cache, Q8_0 / INT8 / FP8 weights and --quantization
- *     int8|fp8, against the CPU engine on the same quantized weights.
+ *     int8|fp8, against the CPU engine on the same quantized weights;
+ *  6. engine_forward_sample (k_sample on the device, graph and eager steps)
+ *     against k_sample_ref over engine_forward's logits of the same step.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kernels/cpu/sample_ref.h"
+#include "kernels/cuda/kcuda_sample.h"
 #include "tests/engine/tmodel.h"
 
 #define BS 16	 /* block size */
@@ -59,40 +63,52 @@ static void seq_init(struct seq *q, int s, int n_prompt, int vocab)
 		q->table[j] = (int32_t)(((j * 7) % MAXB) * MAXS + s);
 }
 
-/* One step: sequence i feeds n_new[i] tokens; rows ending at a sequence's
- * last known token produce logits (written to logits, in order). Returns the
- * engine's code; *n_logits the rows. The caller appends tokens. */
-static int step(struct engine *e, struct seq **sq, const int *n_new, int n, float *logits,
-		int *n_logits)
-{
+/* The arrays of one step's batch. */
+struct bbuf {
 	int32_t tok[512], pos[512], slot[512], start[MAXS + 1], ctx[MAXS], tables[MAXS * MAXB],
 		rows[MAXS];
+};
+
+/* The batch of one step: sequence i feeds n_new[i] tokens; rows ending at a
+ * sequence's last known token need logits. */
+static struct engine_batch make_batch(struct bbuf *w, struct seq **sq, const int *n_new, int n)
+{
 	int T = 0, nl = 0;
 	for (int i = 0; i < n; i++) {
 		struct seq *q = sq[i];
-		start[i] = T;
+		w->start[i] = T;
 		for (int j = 0; j < n_new[i]; j++) {
 			int t = q->ctx + j;
-			tok[T] = q->toks[t];
-			pos[T] = t;
-			slot[T] = q->table[t / BS] * BS + t % BS;
+			w->tok[T] = q->toks[t];
+			w->pos[T] = t;
+			w->slot[T] = q->table[t / BS] * BS + t % BS;
 			T++;
 		}
-		ctx[i] = q->ctx + n_new[i];
-		memcpy(tables + i * MAXB, q->table, sizeof q->table);
-		if (ctx[i] == q->n_toks)
-			rows[nl++] = T - 1;
+		w->ctx[i] = q->ctx + n_new[i];
+		memcpy(w->tables + i * MAXB, q->table, sizeof q->table);
+		if (w->ctx[i] == q->n_toks)
+			w->rows[nl++] = T - 1;
 	}
-	start[n] = T;
-	struct engine_batch b = { .n_tokens = T, .tokens = tok, .positions = pos,
-				  .slot_mapping = slot, .n_seqs = n, .seq_start = start,
-				  .context_len = ctx, .block_tables = tables,
-				  .max_blocks_per_seq = MAXB, .n_logits = nl, .logits_rows = rows };
+	w->start[n] = T;
+	return (struct engine_batch){ .n_tokens = T, .tokens = w->tok, .positions = w->pos,
+				      .slot_mapping = w->slot, .n_seqs = n, .seq_start = w->start,
+				      .context_len = w->ctx, .block_tables = w->tables,
+				      .max_blocks_per_seq = MAXB, .n_logits = nl,
+				      .logits_rows = w->rows };
+}
+
+/* One step (make_batch) through engine_forward: logits in row order.
+ * Returns the engine's code; *n_logits the rows. The caller appends tokens. */
+static int step(struct engine *e, struct seq **sq, const int *n_new, int n, float *logits,
+		int *n_logits)
+{
+	struct bbuf w;
+	struct engine_batch b = make_batch(&w, sq, n_new, n);
 	int rc = engine_forward(e, &b, logits);
 	if (!rc)
 		for (int i = 0; i < n; i++)
-			sq[i]->ctx = ctx[i];
-	*n_logits = nl;
+			sq[i]->ctx = w.ctx[i];
+	*n_logits = b.n_logits;
 	return rc;
 }
 
@@ -449,6 +465,162 @@ static void misc(const struct model *m)
 	free(l2);
 }
 
+/* ---- 6. sampling on the device ---------------------------------------------------- */
+
+/* Per-row sampling parameters; the CSR ranges index the arrays below. The
+ * last of four rows has every range empty at [0, 0) (legal CSR, not in
+ * append order), so a backend that sized the payloads from the last row's
+ * ends would pass no payload at all. */
+static const struct k_sample_pen g_pen[6] = {
+	{ 3, 2, 1 }, { 17, 1, 0 }, { 999, 0, 1 }, { 42, 3, 0 }, { 17, 0, 1 }, { 500, 1, 1 },
+};
+static const struct k_sample_bias g_bias[3] = { { 5, 3.0f }, { 7, -100.0f }, { 9, 150.0f } };
+static const int32_t g_ban[1] = { 0 };
+
+static void sample_rows(struct k_sample_row *r, int n)
+{
+	const struct k_sample_row base = { .inv_temperature = 1.0f, .top_p = 1.0f,
+					   .repetition_penalty = 1.0f, .n_logprobs = -1 };
+	for (int i = 0; i < n; i++)
+		r[i] = base;
+	/* greedy with penalties and 5 logprobs */
+	r[0].u = 0.37;
+	r[0].greedy = 1;
+	r[0].n_logprobs = 5;
+	r[0].repetition_penalty = 1.3f;
+	r[0].frequency_penalty = 0.5f;
+	r[0].presence_penalty = 0.2f;
+	r[0].pen_begin = 0;
+	r[0].pen_end = 3;
+	if (n > 1) { /* T 0.8, top_k, top_p, bias and a ban, 20 logprobs */
+		r[1].u = 0.81;
+		r[1].inv_temperature = 1.0f / 0.8f;
+		r[1].top_k = 50;
+		r[1].top_p = 0.9f;
+		r[1].n_logprobs = 20;
+		r[1].pen_begin = r[1].pen_end = 3;
+		r[1].bias_end = 2;
+		r[1].ban_end = 1;
+	}
+	if (n > 2) { /* T 1, min_p, penalties and a clamped bias, the token's logprob */
+		r[2].u = 0.05;
+		r[2].min_p = 0.05f;
+		r[2].log_min_p = logf(0.05f);
+		r[2].n_logprobs = 0;
+		r[2].frequency_penalty = 0.3f;
+		r[2].pen_begin = 3;
+		r[2].pen_end = 6;
+		r[2].bias_begin = 2;
+		r[2].bias_end = 3;
+		r[2].ban_begin = r[2].ban_end = 1;
+	}
+	if (n > 3) { /* T 1.2, top_k 5, all ranges [0, 0) */
+		r[3].u = 0.66;
+		r[3].inv_temperature = 1.0f / 1.2f;
+		r[3].top_k = 5;
+		r[3].n_logprobs = 3;
+	}
+}
+
+/* engine_forward_sample on the GPU (k_sample over the logits left on the
+ * device) against k_sample_ref over engine_forward's logits of the same step
+ * (run first; the second run rewrites the same KV values, and both take the
+ * same path: eager for the prefill step, whose logits rows are not 0..n-1,
+ * the graph for the decode steps unless eager), as test_cuda_sample checks
+ * the kernel: tokens identical unless the draw lies within 1e-5 of a
+ * cumulative boundary (then a neighbour is accepted), logprobs within 1e-4,
+ * ranks and top ids exact. */
+static void device_sampling(const struct model *m, bool eager)
+{
+	const int V = m->cfg.vocab;
+	struct engine *e = NULL;
+	struct diag d = { 0 };
+	struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
+	o.enforce_eager = eager;
+	if (engine_create(m, &o, &e, &d)) {
+		CHECK(0, "CUDA engine: %s", d.msg);
+		return;
+	}
+	CHECK(engine_samples_on_device(e), "the CUDA engine should sample on the device");
+	float *logits = malloc((size_t)MAXS * V * sizeof(float));
+	static struct seq s[4];
+	static const int prompts[4] = { 20, 33, 1, 17 };
+	struct seq *ptr[4];
+	for (int i = 0; i < 4; i++) {
+		seq_init(&s[i], i, prompts[i], V);
+		ptr[i] = &s[i];
+	}
+	/* prefill all four (rows 19, 52, 53, 70), then decode 4, 3, 4, 1 */
+	const int n_seqs[5] = { 4, 4, 3, 4, 1 };
+	int compared = 0, boundary = 0;
+	for (int st = 0; st < 5; st++) {
+		const int n = n_seqs[st];
+		int n_new[4];
+		for (int i = 0; i < n; i++)
+			n_new[i] = s[i].n_toks - s[i].ctx;
+		struct bbuf w;
+		struct engine_batch b = make_batch(&w, ptr, n_new, n);
+		struct k_sample_row rows[4];
+		sample_rows(rows, n);
+		int32_t tok[4], rank[4], ref_tok[4], ref_rank[4];
+		int32_t top[4 * K_SAMPLE_MAX_TOP], ref_top[4 * K_SAMPLE_MAX_TOP];
+		float lp[4], ref_lp[4], top_lp[4 * K_SAMPLE_MAX_TOP], ref_top_lp[4 * K_SAMPLE_MAX_TOP];
+		struct k_sample_ref_info info[4];
+		struct k_sample_args a = { .n_rows = n, .vocab = V, .rows = rows, .pen = g_pen,
+					   .bias = g_bias, .ban = g_ban, .token = tok, .logprob = lp,
+					   .rank = rank, .top_ids = top, .top_logprobs = top_lp };
+		struct k_sample_args h = a;
+		h.logits = logits;
+		h.token = ref_tok;
+		h.logprob = ref_lp;
+		h.rank = ref_rank;
+		h.top_ids = ref_top;
+		h.top_logprobs = ref_top_lp;
+		int rc = engine_forward(e, &b, logits);
+		CHECK(rc == 0 && b.n_logits == n, "sampling step %d: forward rc %d rows %d", st, rc,
+		      b.n_logits);
+		if (rc || b.n_logits != n)
+			break;
+		rc = k_sample_ref(&h, info);
+		CHECK(rc == 0, "sampling step %d: k_sample_ref %d", st, rc);
+		rc = rc ? rc : engine_forward_sample(e, &b, &a);
+		CHECK(rc == 0, "sampling step %d: engine_forward_sample %d", st, rc);
+		if (rc)
+			break;
+		for (int i = 0; i < n; i++) {
+			if (tok[i] != ref_tok[i]) {
+				bool near = info[i].margin < 1e-5 &&
+					    (tok[i] == info[i].prev || tok[i] == info[i].next);
+				CHECK(near, "sampling step %d row %d: token %d, reference %d (margin %.3g)",
+				      st, i, tok[i], ref_tok[i], info[i].margin);
+				boundary += near;
+				continue;
+			}
+			compared++;
+			if (rows[i].n_logprobs < 0)
+				continue;
+			bool ok = fabsf(lp[i] - ref_lp[i]) <= 1e-4f && rank[i] == ref_rank[i];
+			for (int j = 0; j < K_SAMPLE_MAX_TOP; j++) {
+				const int k = i * K_SAMPLE_MAX_TOP + j;
+				ok = ok && top[k] == ref_top[k] && fabsf(top_lp[k] - ref_top_lp[k]) <= 1e-4f;
+			}
+			CHECK(ok, "sampling step %d row %d: logprob %g ref %g, rank %d ref %d, top[0] %d "
+			      "ref %d", st, i, lp[i], ref_lp[i], rank[i], ref_rank[i],
+			      top[i * K_SAMPLE_MAX_TOP], ref_top[i * K_SAMPLE_MAX_TOP]);
+		}
+		for (int i = 0; i < n; i++) {
+			s[i].ctx = w.ctx[i];
+			s[i].toks[s[i].n_toks] = (s[i].n_toks * 13 + 5) % V;
+			s[i].n_toks++;
+		}
+	}
+	printf("device sampling (%s): %d rows identical, %d at a draw boundary\n",
+	       eager ? "eager" : "graphs", compared, boundary);
+	CHECK(compared + boundary == 16, "device sampling: %d rows of 16", compared + boundary);
+	free(logits);
+	engine_destroy(e);
+}
+
 int main(void)
 {
 	if (!engine_cuda_available()) {
@@ -510,6 +682,8 @@ int main(void)
 		batch_invariance(m, true);
 		graphs_vs_eager(m);
 		misc(m);
+		device_sampling(m, false);
+		device_sampling(m, true);
 		tmodel_destroy(m);
 	} else {
 		CHECK(0, "tmodel_create");

@@ -64,8 +64,9 @@
 struct cu_w {
 	enum dtype dt;
 	int n, k;
-	void *d;
-	float *d_scale;
+	void *d;	/* Q8_0: the repacked codes [n, k] (k_q8_0_repack) */
+	float *d_scale; /* I8 / F8: [n] */
+	void *d_q8d;	/* Q8_0: F16 block scales [n, k / 32] */
 };
 
 struct cu_layer {
@@ -108,6 +109,8 @@ struct cuda_backend {
 	float *x, *qkv, *q, *gu, *logits;
 	void *xn, *attn, *act;
 	void *xq; /* 8-bit activations for W8A8 GEMMs ([max_t, max k] bytes) */
+	void *wscratch; /* an 8-bit matrix dequantized to gdt for prefill GEMMs */
+	size_t wscratch_bytes;
 	float *xq_scale;
 	void *attn_ws;
 	size_t attn_ws_bytes;
@@ -270,8 +273,21 @@ static int upload_cat(struct cuda_backend *cb, const struct kmat *parts, int n_p
 		r0 += p->rows;
 	}
 	*out = (struct cu_w){ .dt = dt, .n = (int)rows, .k = (int)k };
-	if (!rc)
+	if (!rc && dt == DT_Q8_0) { /* split into aligned codes + F16 scales on the device */
+		void *tmp = NULL;
+		const size_t codes = (size_t)rows * (size_t)k;
+		if (!(rc = k_cuda_malloc(&tmp, total)) &&
+		    !(rc = k_cuda_memcpy_h2d(tmp, host, total)) &&
+		    !(rc = dalloc(cb, codes, &out->d)) && !(rc = dalloc(cb, codes / 16, &out->d_q8d)) &&
+		    !(rc = k_q8_0_repack(cb->stream, tmp, (int)rows, (int)k, out->d, out->d_q8d)))
+			rc = k_cuda_stream_sync(cb->stream);
+		k_cuda_free(tmp);
+		cb->weight_bytes += codes + codes / 16;
+	} else if (!rc) {
 		rc = upload(cb, host, total, &out->d);
+	}
+	if (!rc && is_8bit(dt) && (size_t)rows * (size_t)k * 2 > cb->wscratch_bytes)
+		cb->wscratch_bytes = (size_t)rows * (size_t)k * 2;
 	if (!rc && (dt == DT_I8 || dt == DT_F8_E4M3))
 		rc = upload(cb, scales, (size_t)rows * sizeof(float), (void **)&out->d_scale);
 	free(host);
@@ -408,6 +424,7 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	    (rc = dalloc(cb, T * F * 2, &cb->act)) || (rc = dalloc(cb, T * kmax, &cb->xq)) ||
 	    (rc = dalloc(cb, T * 4, (void **)&cb->xq_scale)) ||
 	    (rc = dalloc(cb, cb->attn_ws_bytes, &cb->attn_ws)) ||
+	    (cb->wscratch_bytes && (rc = dalloc(cb, cb->wscratch_bytes, &cb->wscratch))) ||
 	    (rc = dalloc(cb, m->total * 4, (void **)&cb->d_meta)))
 		return dev_error(d, rc, "activation buffers");
 	if ((rc = k_cuda_host_alloc((void **)&cb->h_meta, m->total * 4)) ||
@@ -488,23 +505,41 @@ static int cu_copy_blocks(struct backend *b, const int32_t *src, const int32_t *
 
 /* ---- the step ------------------------------------------------------------------- */
 
-/* Y (+)= X W^T for any weight dtype; x is the 16-bit activation [t, w->k]. */
+/* 8-bit weights for a long batch: dequantize to the compute dtype, then the
+ * 16-bit GEMM (the weight-only dequantizing GEMM). */
+static int dequant_gemm(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t,
+			float *y, int accumulate)
+{
+	int rc = k_dequant_w8(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->d_q8d,
+			      w->n, w->k, cb->wscratch, cb->gdt);
+	return rc ? rc : k_gemm(cb->blas, cb->wscratch, cb->gdt, w->n, w->k, x, t, y, accumulate);
+}
+
+/* Y (+)= X W^T for any weight dtype; x is the 16-bit activation [t, w->k].
+ * 8-bit weights: weight-only GEMV up to W8_GEMV_MAX_T rows; above, W8A8
+ * through cuBLASLt for INT8 / FP8 (FP8 only with FP8 tensor cores; shapes
+ * cuBLASLt's 8-bit kernels refuse fall back) and the dequantizing GEMM for
+ * Q8_0. */
 static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t, float *y,
 		  int accumulate)
 {
 	if (w->dt == DT_F16 || w->dt == DT_BF16)
 		return k_gemm(cb->blas, w->d, w->dt, w->n, w->k, x, t, y, accumulate);
-	/* the weight-only GEMV is correct at any t: it takes what W8A8 cannot
-	 * (Q8_0, FP8 without FP8 tensor cores, n or k not a multiple of 16,
-	 * e.g. an 8-bit LM head over a ragged vocabulary) */
-	if (t <= W8_GEMV_MAX_T || w->dt == DT_Q8_0 || w->n % 16 != 0 || w->k % 16 != 0 ||
-	    (w->dt == DT_F8_E4M3 && !cb->props.has_fp8))
-		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->n,
-				 w->k, x, cb->gdt, t, y, accumulate);
+	if (w->dt == DT_Q8_0)
+		return t <= W8_GEMV_MAX_T ? k_gemv_q8_0r(cb->stream, w->d, w->d_q8d, w->n, w->k, x,
+							 cb->gdt, t, y, accumulate)
+					  : dequant_gemm(cb, w, x, t, y, accumulate);
+	if (t <= W8_GEMV_MAX_T)
+		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->n, w->n, w->k, x, cb->gdt, t,
+				 y, accumulate);
+	if (w->dt == DT_F8_E4M3 && !cb->props.has_fp8)
+		return dequant_gemm(cb, w, x, t, y, accumulate);
 	int rc = k_quant_rows(cb->stream, x, cb->gdt, t, w->k, w->dt, cb->xq, cb->xq_scale);
 	if (!rc)
 		rc = k_gemm_w8a8(cb->blas, w->d, w->dt, w->d_scale, w->n, w->n, w->k, cb->xq,
 				 cb->xq_scale, t, y, accumulate);
+	if (rc == ERR_UNSUPPORTED) /* n or k not a multiple of 16 */
+		rc = dequant_gemm(cb, w, x, t, y, accumulate);
 	return rc;
 }
 
@@ -1037,7 +1072,7 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		 opts->enforce_eager ? "; CUDA graphs off" : "");
 	if (!cb->props.has_fp8 && cb->layers[0].qkv.dt == DT_F8_E4M3)
 		log_info("cuda", "sm_%d%d has no FP8 tensor cores: FP8 weights use the weight-only "
-				 "GEMV kernel at every batch size",
+				 "kernels (GEMV for decode, dequantize + 16-bit GEMM for prefill)",
 			 cb->props.cc_major, cb->props.cc_minor);
 	*n_kv_blocks_out = n_blocks;
 	*out = &cb->base;

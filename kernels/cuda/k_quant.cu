@@ -408,6 +408,52 @@ extern "C" int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void
 // The __f*_rn intrinsics keep every operation IEEE-rounded (no contraction,
 // whatever the fast-math flags).
 
+// ---- dequantize to 16 bits (weight-only dequantizing GEMM) -----------------------
+
+__global__ void dequant_w8_kernel(const uint8_t *__restrict__ w, enum dtype w_dt,
+				  const float *__restrict__ scale, int n_scales,
+				  const __half *__restrict__ q8d, int k, size_t total, void *out,
+				  enum dtype out_dt)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+		const size_t row = i / (size_t)k, col = i % (size_t)k;
+		float v;
+		if (w_dt == DT_F8_E4M3) {
+			__half_raw hr = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)w[i], __NV_E4M3);
+			v = __half2float(__half(hr));
+		} else {
+			v = (float)(int8_t)w[i];
+		}
+		if (w_dt == DT_Q8_0)
+			v = __fmul_rn(v, __half2float(q8d[row * (size_t)(k / 32) + col / 32]));
+		else if (scale)
+			v = __fmul_rn(v, scale[n_scales == 1 ? 0 : row]);
+		kcu_store(out, out_dt, i, v);
+	}
+}
+
+extern "C" int k_dequant_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
+			    int n_scales, const void *d_q8_d, int n, int k, void *d_out,
+			    enum dtype out_dt)
+{
+	if (!d_w || !d_out || n <= 0 || k <= 0)
+		return ERR_INVAL;
+	if (!(w_dt == DT_I8 || w_dt == DT_F8_E4M3 || w_dt == DT_Q8_0) ||
+	    !kcu_is_16bit_or_f32(out_dt))
+		return ERR_UNSUPPORTED;
+	if (w_dt == DT_Q8_0 ? (!d_q8_d || k % 32) : (d_scale && n_scales != 1 && n_scales != n))
+		return ERR_INVAL;
+	const size_t total = (size_t)n * (size_t)k;
+	size_t blocks = (total + 255) / 256;
+	if (blocks > 65535)
+		blocks = 65535;
+	dequant_w8_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(
+		(const uint8_t *)d_w, w_dt, d_scale, n_scales, (const __half *)d_q8_d, k, total, d_out,
+		out_dt);
+	return kcu_launched("k_dequant_w8");
+}
+
 #define QUANT_THREADS 256
 
 template <bool FP8>

@@ -49,6 +49,17 @@ int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void *d_qs, voi
 int k_gemv_q8_0r(void *stream, const void *d_qs, const void *d_d, int n, int k, const void *d_x,
                  enum dtype x_dt, int t, float *d_y, int accumulate);
 
+/* Dequantize W [n, k] to 16-bit (out_dt DT_F16 / DT_BF16, or DT_F32), for
+ * the weight-only dequantizing GEMM (dequantize, then k_gemm) of prefill
+ * steps: DT_I8 / DT_F8_E4M3 with d_scale[n_scales] (1 or n; NULL = 1) and
+ * d_q8_d NULL; DT_Q8_0 in the repacked layout of k_q8_0_repack (d_w the
+ * codes, d_q8_d the F16 scales, k a multiple of 32). out[r, c] =
+ * code * scale, rounded once (the CPU's kcpu_dequant_row then rounding).
+ * On stream; ERR_INVAL for NULL pointers or sizes, ERR_UNSUPPORTED for
+ * another w_dt / out_dt. */
+int k_dequant_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
+		 int n_scales, const void *d_q8_d, int n, int k, void *d_out, enum dtype out_dt);
+
 /* Per-token (row) quantization of X [t, k] (x_dt 16-bit or F32) to q_dt,
  * codes d_xq [t, k] (one byte each) and scales d_scale[t], bit for bit the
  * CPU's rules (kernels/cpu/quant.c): DT_I8 as kcpu_quantize_act_i8

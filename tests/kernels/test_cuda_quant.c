@@ -570,6 +570,62 @@ static void test_w8a8(struct kc_rng *r)
 	k_blas_destroy(h);
 }
 
+/* ---- k_dequant_w8 (the dequantizing GEMM's first half) ------------------------ */
+
+/* The GPU computes code * scale in F32 and rounds once to out_dt, as the CPU
+ * reference kcpu_dequant_row then kc_round does: equal bit for bit. */
+static void test_dequant(struct kc_rng *r)
+{
+	static const enum dtype outs[] = {DT_F16, DT_BF16, DT_F32};
+	for (int kind = 0; kind < W__COUNT; kind++) {
+		for (int o = 0; o < 3; o++) {
+			const int n = 37 + 5 * kind, k = 96;
+			struct wmat w;
+			make_weights(r, (enum wkind)kind, n, k, &w);
+			const size_t cnt = (size_t)n * k, esz = outs[o] == DT_F32 ? 4 : 2;
+			float *ref = xmalloc(cnt * sizeof(float)), *got = xmalloc(cnt * sizeof(float));
+			for (int row = 0; row < n; row++)
+				kcpu_dequant_row(&w.m, row, ref + (size_t)row * k);
+			kc_round(ref, cnt, outs[o]);
+			void *d_w = kc_upload(w.data, w.bytes), *d_codes = d_w, *d_d = NULL;
+			float *d_s = w.scale ? kc_upload(w.scale, (size_t)w.m.n_scale * 4) : NULL;
+			if (kind == W_Q8_0) {
+				d_codes = kc_dev_alloc(cnt);
+				d_d = kc_dev_alloc(cnt / Q8_0_BLOCK * 2);
+				kc_ok(k_q8_0_repack(NULL, d_w, n, k, d_codes, d_d), "k_q8_0_repack");
+			}
+			void *d_out = kc_dev_alloc(cnt * esz);
+			kc_ok(k_dequant_w8(NULL, d_codes, w.m.dtype, d_s, (int)w.m.n_scale, d_d, n, k,
+			                   d_out, outs[o]),
+			      "k_dequant_w8");
+			kc_sync("k_dequant_w8");
+			void *h = xmalloc(cnt * esz);
+			kc_download(h, d_out, cnt * esz);
+			kc_unpack(h, cnt, outs[o], got);
+			char what[96];
+			snprintf(what, sizeof what, "dequant %s -> %s N=%d K=%d", wkind_name[kind],
+			         dtype_name(outs[o]), n, k);
+			kc_compare(what, got, ref, cnt, 0.0f, 0.0f);
+			if (d_codes != d_w)
+				kc_dev_free(d_codes);
+			kc_dev_free(d_w);
+			kc_dev_free(d_d);
+			kc_dev_free(d_s);
+			kc_dev_free(d_out);
+			free(h);
+			free(ref);
+			free(got);
+			free_weights(&w);
+		}
+	}
+	int rc = k_dequant_w8(NULL, &rc, DT_Q8_0, NULL, 0, NULL, 4, 32, &rc, DT_F16);
+	if (rc != ERR_INVAL)
+		kc_fail("k_dequant_w8 Q8_0 without scales: %d, want ERR_INVAL", rc);
+	rc = k_dequant_w8(NULL, &rc, DT_F16, NULL, 0, NULL, 4, 32, &rc, DT_F16);
+	if (rc != ERR_UNSUPPORTED)
+		kc_fail("k_dequant_w8 of F16: %d, want ERR_UNSUPPORTED", rc);
+}
+
 int main(void)
 {
 	kc_require_gpu("test_cuda_quant");
@@ -579,6 +635,7 @@ int main(void)
 	test_gemv(&r);
 	printf("%zu gemv cases\n", g_cases);
 	test_quant_rows(&r);
+	test_dequant(&r);
 	test_w8a8(&r);
 	return kc_finish();
 }

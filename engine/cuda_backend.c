@@ -530,9 +530,11 @@ static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, 
 							 cb->gdt, t, y, accumulate)
 					  : dequant_gemm(cb, w, x, t, y, accumulate);
 	if (t <= W8_GEMV_MAX_T)
-		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->n, w->n, w->k, x, cb->gdt, t,
-				 y, accumulate);
-	if (w->dt == DT_F8_E4M3 && !cb->props.has_fp8)
+		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->n,
+				 w->k, x, cb->gdt, t, y, accumulate);
+	/* cuBLASLt's 8-bit kernels want n and k multiples of 16 (e.g. not an
+	 * 8-bit LM head over a ragged vocabulary) and FP8 tensor cores for FP8 */
+	if (w->n % 16 || w->k % 16 || (w->dt == DT_F8_E4M3 && !cb->props.has_fp8))
 		return dequant_gemm(cb, w, x, t, y, accumulate);
 	int rc = k_quant_rows(cb->stream, x, cb->gdt, t, w->k, w->dt, cb->xq, cb->xq_scale);
 	if (!rc)

@@ -27,7 +27,8 @@
 #include "quant.h"
 
 #define MM_GEMV_MAX_M 16     /* up to here GEMV; above, GEMM when available */
-#define MM_BX_MIN_M 5	     /* broadcast GEMV (gemv_bx) from here to MM_BX_LANES */
+#define MM_BX_MIN_M 13	     /* broadcast GEMV (gemv_bx) from here to MM_BX_LANES: its
+					 * cost does not shrink with m, the tiles' does */
 #define MM_KC 256	     /* k-depth of a packed GEMM panel */
 #define MM_GEMV_KC 512	     /* k-chunk of the GEMV tiles for m > MM_TX */
 #define MM_GEMV_ROWS 16	     /* weight rows converted per chunk (32 KiB of F32) */

@@ -260,86 +260,78 @@ T512 static void dot_w_avx512(int nw, int nx, const struct kmat *w, int64_t r0, 
 /* ---- broadcast GEMV (medium m) ---------------------------------------------- */
 
 /* For MM_TX < m <= 16 (batched decode): the 16 X rows at one k fill one
- * register of xt, and each weight, converted to F32 in registers and parked
- * in a 1 KiB block on the stack, is broadcast from there straight into its
- * FMA (vfmadd231ps with {1to16}): one FMA per weight whatever m is, no
- * horizontal sums, acc[i] = y[0..15][r0+i]. Conversion is interleaved with
- * the FMAs 16 k at a time, so the loads of the weights overlap the
- * arithmetic; each row is prefetched MM_BX_PF values ahead (past the end of
- * a row: the same row of the next 16-row tile, which the next call reads). */
-#define MM_BX_PF 256
+ * register of xt, and each weight, converted once to F32 into an L1-sized
+ * chunk (16 rows x MM_BX_KC), is broadcast from there straight into its FMA
+ * (vfmadd231ps with {1to16}): one FMA per weight whatever m is, no
+ * horizontal sums, acc[i] = y[0..15][r0+i] held over the whole row. While a
+ * chunk is multiplied, the next one (the same rows further on, or the next
+ * 16 rows' first chunk) is prefetched a few lines per k-step, spread over
+ * the chunk. Converting a whole chunk at once issues its loads back to back
+ * (many misses in flight); converting 16 k at a time just before use was
+ * measured slower when streaming from memory. */
+#define MM_BX_KC 256 /* lines per row per chunk below assume 256 */
+/* row stride of the chunk buffer: not a multiple of 1 KiB, so the 16 rows
+ * read at the same k fall in different L1 sets */
+#define MM_BX_LDB (MM_BX_KC + 16)
 
-INLINE512 void bx_tile(const int FULL, const enum dtype T, const struct kmat *w, int64_t r0,
-		       int nv, const float *xt, int m, float *y, int64_t ldy)
+INLINE512 void bx_fma_step(__m512 acc[MM_BX_ROWS], const float *xt, const float *wk)
 {
+	const __m512 xv = _mm512_loadu_ps(xt);
+#pragma GCC unroll 16
+	for (int i = 0; i < MM_BX_ROWS; i++)
+		acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(wk[i * MM_BX_LDB]), xv, acc[i]);
+}
+
+T512 static void gemv_bx_avx512(const struct kmat *w, int64_t r0, int nv, const float *xt, int m,
+				float *y, int64_t ldy)
+{
+	float buf[MM_BX_ROWS * MM_BX_LDB] __attribute__((aligned(64))); /* 17 KiB */
 	const int64_t cols = w->cols;
-	const size_t esize = T == DT_F32 ? 4 : T == DT_F8_E4M3 ? 1 : 2;
-	const char *rowp[MM_BX_ROWS];
+	const size_t esize = w->dtype == DT_F32 ? 4 : w->dtype == DT_F8_E4M3 ? 1 : 2;
+	const size_t rstride = (size_t)cols * esize;
+	/* lines per row per chunk: MM_BX_KC * esize / 64 = 4, 8 or 16 */
+	const int lpr_log2 = esize == 1 ? 2 : esize == 2 ? 3 : 4;
+	const int n_lines = MM_BX_ROWS << lpr_log2;
 	__m512 acc[MM_BX_ROWS];
-	float wb[MM_BX_ROWS * 16] __attribute__((aligned(64)));
 #pragma GCC unroll 16
-	for (int i = 0; i < MM_BX_ROWS; i++) {
+	for (int i = 0; i < MM_BX_ROWS; i++)
 		acc[i] = _mm512_setzero_ps();
-		rowp[i] = (const char *)w->data + (size_t)(r0 + (FULL || i < nv ? i : 0)) *
-							  (size_t)cols * esize;
-	}
-	for (int64_t k = 0; k < cols; k += 16) {
-		const int64_t kn = cols - k < 16 ? cols - k : 16;
-		const __mmask16 mk = kn == 16 ? (__mmask16)0xFFFF : low_mask16(kn);
-		const int64_t pf = k + MM_BX_PF < cols ? k + MM_BX_PF
-						       : k + MM_BX_PF + (MM_BX_ROWS - 1) * cols;
-#pragma GCC unroll 16
-		for (int i = 0; i < MM_BX_ROWS; i++) {
-			_mm_prefetch(addr_plus(rowp[i], (size_t)pf * esize), _MM_HINT_T0);
-			const __m512 v = FULL || i < nv ? load_w16(T, rowp[i], k, mk) : _mm512_setzero_ps();
-			_mm512_store_ps(wb + i * 16, v);
+	for (int i = nv; i < MM_BX_ROWS; i++) /* missing rows: zero weights */
+		memset(buf + i * MM_BX_LDB, 0, MM_BX_KC * sizeof(float));
+	for (int64_t k0 = 0; k0 < cols; k0 += MM_BX_KC) {
+		const int64_t kc = cols - k0 < MM_BX_KC ? cols - k0 : MM_BX_KC;
+		for (int i = 0; i < nv; i++)
+			cvt_avx512(w, r0 + i, k0, kc, buf + i * MM_BX_LDB);
+		/* byte offset of the next chunk's first row (may lie past the
+		 * weights: prefetches do not fault) */
+		const size_t next = k0 + MM_BX_KC < cols
+					    ? (size_t)r0 * rstride + (size_t)(k0 + MM_BX_KC) * esize
+					    : (size_t)(r0 + MM_BX_ROWS) * rstride;
+		const float *xk = xt + k0 * MM_BX_LANES;
+		int64_t k = 0;
+		for (; k + 4 <= kc; k += 4) {
+			const int l1 = (int)((k + 4) * n_lines / MM_BX_KC);
+			for (int l = (int)(k * n_lines / MM_BX_KC); l < l1; l++)
+				_mm_prefetch(addr_plus(w->data,
+						       next + (size_t)(l >> lpr_log2) * rstride +
+							       (size_t)(l & ((1 << lpr_log2) - 1)) * 64),
+					     _MM_HINT_T0);
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++)
+				bx_fma_step(acc, xk + (k + u) * MM_BX_LANES, buf + k + u);
 		}
-		const float *xk = xt + k * MM_BX_LANES;
-		if (kn == 16) {
-#pragma GCC unroll 16
-			for (int u = 0; u < 16; u++) {
-				const __m512 xv = _mm512_loadu_ps(xk + u * MM_BX_LANES);
-#pragma GCC unroll 16
-				for (int i = 0; i < MM_BX_ROWS; i++)
-					acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i * 16 + u]), xv, acc[i]);
-			}
-		} else {
-			for (int u = 0; u < kn; u++) {
-				const __m512 xv = _mm512_loadu_ps(xk + u * MM_BX_LANES);
-#pragma GCC unroll 16
-				for (int i = 0; i < MM_BX_ROWS; i++)
-					acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i * 16 + u]), xv, acc[i]);
-			}
-		}
+		for (; k < kc; k++)
+			bx_fma_step(acc, xk + k * MM_BX_LANES, buf + k);
 	}
 	float t[MM_BX_ROWS * MM_BX_LANES] __attribute__((aligned(64)));
 #pragma GCC unroll 16
 	for (int i = 0; i < MM_BX_ROWS; i++)
 		_mm512_store_ps(t + i * MM_BX_LANES, acc[i]);
-	for (int i = 0; i < nv; i++) {
-		/* F8 loads are value * 2^-8 (see f8_to_f16_bits) */
-		const float s = T == DT_F8_E4M3 ? mm_row_scale(w, r0 + i) * 256.0f : 1.0f;
-		for (int j = 0; j < m; j++)
-			y[j * ldy + i] = t[i * MM_BX_LANES + j] * s;
-	}
+	for (int j = 0; j < m; j++)
+		for (int i = 0; i < nv; i++)
+			y[j * ldy + i] = t[i * MM_BX_LANES + j];
 }
-
-#define BX_DTYPES(FULL)                                                                  \
-	switch (w->dtype) {                                                              \
-	case DT_F16: bx_tile(FULL, DT_F16, w, r0, nv, xt, m, y, ldy); break;            \
-	case DT_BF16: bx_tile(FULL, DT_BF16, w, r0, nv, xt, m, y, ldy); break;          \
-	case DT_F8_E4M3: bx_tile(FULL, DT_F8_E4M3, w, r0, nv, xt, m, y, ldy); break;    \
-	default: bx_tile(FULL, DT_F32, w, r0, nv, xt, m, y, ldy); break;                \
-	}
-
-T512 static void gemv_bx_avx512(const struct kmat *w, int64_t r0, int nv, const float *xt, int m,
-				float *y, int64_t ldy)
-{
-	if (nv == MM_BX_ROWS)
-		BX_DTYPES(1)
-	else
-		BX_DTYPES(0)
-}
+_Static_assert(MM_BX_KC == 256, "gemv_bx_avx512 derives lines per row from MM_BX_KC = 256");
 
 /* ---- activation quantization ------------------------------------------------ */
 

@@ -167,7 +167,7 @@ static int compare(const char *what, const float *got, const float *ref, const d
 
 /* ---- the sweep -------------------------------------------------------------- */
 
-static const int ms[] = { 1, 2, 3, 4, 5, 7, 16, 17, 33, 100 };
+static const int ms[] = { 1, 2, 3, 4, 5, 7, 13, 16, 17, 33, 100 };
 static const int64_t rows_set[] = { 1, 31, 257 };
 static const int64_t cols_set[] = { 32, 96, 4096, 37 };
 static const int threads_set[] = { 1, 2, 3 };

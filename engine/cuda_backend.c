@@ -409,8 +409,12 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	m->row_seq = 3 * T;
 	m->logit_rows = 4 * T;
 	m->seq_start = 5 * T;
-	/* graphs pad a decode batch to a power of two: room for GRAPH_MAX rows/seqs */
-	size_t s_cap = S > T ? S : T;
+	/* eager steps have at most S sequences; a graph pads a decode batch (one
+	 * row per sequence) to t_pad <= min(T, GRAPH_MAX) rows and sequences.
+	 * Not T: with max_batch_tokens 8192 and a 128K context the tables of T
+	 * sequences would take 256 MiB, pinned and on the device. */
+	const size_t g_cap = T < GRAPH_MAX ? T : GRAPH_MAX;
+	size_t s_cap = S > g_cap ? S : g_cap;
 	m->tables = m->seq_start + s_cap + 1;
 	m->total = m->tables + s_cap * MB;
 	cb->attn_ws_bytes = k_attn_workspace_bytes((int)T, c->n_heads, c->head_dim, cb->max_ctx);

@@ -417,7 +417,12 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	size_t s_cap = S > g_cap ? S : g_cap;
 	m->tables = m->seq_start + s_cap + 1;
 	m->total = m->tables + s_cap * MB;
-	cb->attn_ws_bytes = k_attn_workspace_bytes((int)T, c->n_heads, c->head_dim, cb->max_ctx);
+	/* decode attention (the only user of the workspace) runs on steps of one
+	 * row per sequence: at most s_cap rows, not T (4.4 GB for 8192 tokens,
+	 * 32 heads of 128 and a 128K context, against 136 MB for 256) */
+	const size_t dec_rows = s_cap < T ? s_cap : T;
+	cb->attn_ws_bytes =
+		k_attn_workspace_bytes((int)dec_rows, c->n_heads, c->head_dim, cb->max_ctx);
 	int rc;
 	if ((rc = dalloc(cb, T * H * 4, (void **)&cb->x)) ||
 	    (rc = dalloc(cb, T * (QD + 2 * KVD) * 4, (void **)&cb->qkv)) ||

@@ -276,8 +276,11 @@ static int upload_cat(struct cuda_backend *cb, const struct kmat *parts, int n_p
 	if (!rc && dt == DT_Q8_0) { /* split into aligned codes + F16 scales on the device */
 		void *tmp = NULL;
 		const size_t codes = (size_t)rows * (size_t)k;
+		/* the copy on the repack's stream: a plain cudaMemcpy from pageable
+		 * memory may return before its DMA lands, and cb->stream does not
+		 * wait for the legacy stream (it is non-blocking) */
 		if (!(rc = k_cuda_malloc(&tmp, total)) &&
-		    !(rc = k_cuda_memcpy_h2d(tmp, host, total)) &&
+		    !(rc = k_cuda_memcpy_h2d_async(cb->stream, tmp, host, total)) &&
 		    !(rc = dalloc(cb, codes, &out->d)) && !(rc = dalloc(cb, codes / 16, &out->d_q8d)) &&
 		    !(rc = k_q8_0_repack(cb->stream, tmp, (int)rows, (int)k, out->d, out->d_q8d)))
 			rc = k_cuda_stream_sync(cb->stream);

@@ -9,7 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#if !defined(__x86_64__) || defined(EMU_UCONTEXT)
+#include <ucontext.h>
+#endif
 
+#include <mutex>
 #include <vector>
 
 #include "emu_cuda.h"
@@ -19,7 +23,7 @@ thread_local emu_ids emu_id;
 
 namespace {
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
 // Saves the callee-saved registers on the current stack, stores the stack
 // pointer in *save, switches to next and restores its registers (SysV ABI).
 extern "C" void emu_ctx_switch(void **save, void *next);
@@ -47,7 +51,6 @@ emu_ctx_switch:
 )");
 #define EMU_FAST_SWITCH 1
 #else
-#include <ucontext.h>
 #define EMU_FAST_SWITCH 0
 #endif
 
@@ -359,6 +362,9 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, const char *name,
 {
 	if (S.body)
 		emu_fatal("%s launched from inside kernel %s (dynamic parallelism)", name, S.kernel);
+	// __shared__ variables are statics: one grid at a time in the process.
+	static std::mutex grid_mu;
+	std::lock_guard<std::mutex> lock(grid_mu);
 	const int n = (int)(block.x * block.y * block.z);
 	while ((int)S.f.size() < n) {
 		fiber f = {};

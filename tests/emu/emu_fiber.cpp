@@ -96,9 +96,27 @@ struct sched {
 };
 thread_local sched S;
 
+// The running fiber (its state already set: waiting or done) gives the
+// CPU to the next runnable fiber after it, round robin, without going
+// through the scheduler; to the scheduler when none can run (the block is
+// finished or deadlocked).
 void switch_to_main()
 {
 	fiber &f = S.f[S.cur];
+	const int n = S.n, c = S.cur;
+	for (int k = 1; k < n; k++) {
+		const int j = c + k < n ? c + k : c + k - n;
+		if (S.f[j].st != F_RUN)
+			continue;
+		S.cur = j;
+		emu_id.thread = S.f[j].tid;
+#if EMU_FAST_SWITCH
+		emu_ctx_switch(&f.sp, S.f[j].sp);
+#else
+		swapcontext(&f.ctx, &S.f[j].ctx);
+#endif
+		return;
+	}
 #if EMU_FAST_SWITCH
 	emu_ctx_switch(&f.sp, S.main_sp);
 #else
@@ -181,29 +199,23 @@ void run_block()
 	S.n_bar = 0;
 	if (S.dyn_bytes)
 		memset(S.dyn, 0xff, S.dyn_bytes);
-	while (S.n_live > 0) {
-		bool ran = false;
-		for (int i = 0; i < S.n; i++) {
-			if (S.f[i].st != F_RUN)
-				continue;
-			S.cur = i;
-			emu_id.thread = S.f[i].tid;
+	// Fibers hand over to each other; control comes back here only when
+	// none is runnable.
+	S.cur = 0;
+	emu_id.thread = S.f[0].tid;
 #if EMU_FAST_SWITCH
-			emu_ctx_switch(&S.main_sp, S.f[i].sp);
+	emu_ctx_switch(&S.main_sp, S.f[0].sp);
 #else
-			swapcontext(&S.main_ctx, &S.f[i].ctx);
+	swapcontext(&S.main_ctx, &S.f[0].ctx);
 #endif
-			ran = true;
-		}
-		if (!ran && S.n_live > 0) {
-			int n_warp = 0;
-			for (int i = 0; i < S.n; i++)
-				n_warp += S.f[i].st == F_WARP;
-			emu_id.thread = make_uint3(0, 0, 0);
-			fail_here("deadlock: %d threads at __syncthreads, %d in warp collectives, "
-				  "%d exited (diverged barrier or collective?)",
-				  S.n_bar, n_warp, S.n - S.n_live);
-		}
+	if (S.n_live > 0) {
+		int n_warp = 0;
+		for (int i = 0; i < S.n; i++)
+			n_warp += S.f[i].st == F_WARP;
+		emu_id.thread = make_uint3(0, 0, 0);
+		fail_here("deadlock: %d threads at __syncthreads, %d in warp collectives, "
+			  "%d exited (diverged barrier or collective?)",
+			  S.n_bar, n_warp, S.n - S.n_live);
 	}
 }
 

@@ -59,6 +59,7 @@ static void fm_init(struct fake_model *fm, int n_blocks, int bs, struct bat_mode
 	ck_assert_int_eq(fake_engine_init(&fm->fe, n_blocks, bs, VOCAB), 0);
 	pthread_mutex_init(&fm->mu, NULL);
 	pthread_cond_init(&fm->cv, NULL);
+	memset(m, 0, sizeof(*m)); /* optional members (forward_sample) unset */
 	m->ctx = fm;
 	m->vocab = VOCAB;
 	m->forward = fm_forward;

@@ -300,23 +300,24 @@ uint64_t emu_warp(enum emu_warp_op op, unsigned mask, uint64_t v, int param, int
 		return f.w_res;
 	}
 	// every lane of the mask is here: check they agree, compute, release
+	fiber *L = &S.f[w0];
+	uint64_t val[32];
+	unsigned pred_mask = 0;
 	for (int l = 0; l < 32; l++) {
 		if (!((mask >> l) & 1))
 			continue;
-		const fiber &o = S.f[w0 + l];
+		const fiber &o = L[l];
 		if (o.w_mask != mask || o.w_op != op || o.w_width != width)
 			fail_here("lanes %d and %d meet in different warp collectives (op %d/%d, "
 				  "mask 0x%08x/0x%08x)",
 				  lane, l, o.w_op, (int)op, o.w_mask, mask);
+		val[l] = o.w_val;
+		pred_mask |= (o.w_val != 0) << l;
 	}
-	unsigned pred_mask = 0;
-	for (int l = 0; l < 32; l++)
-		if ((mask >> l) & 1 && S.f[w0 + l].w_val)
-			pred_mask |= 1u << l;
 	for (int l = 0; l < 32; l++) {
 		if (!((mask >> l) & 1))
 			continue;
-		fiber &o = S.f[w0 + l];
+		fiber &o = L[l];
 		switch (op) {
 		case EMU_W_SYNC:
 			o.w_res = 0;
@@ -325,11 +326,11 @@ uint64_t emu_warp(enum emu_warp_op op, unsigned mask, uint64_t v, int param, int
 		case EMU_W_UP:
 		case EMU_W_DOWN:
 		case EMU_W_XOR: {
-			const int s = src_lane(o, l);
-			if (!((mask >> s) & 1))
-				fail_here("lane %d reads lane %d outside the shuffle mask 0x%08x", l, s,
-					  mask);
-			o.w_res = S.f[w0 + s].w_val;
+			const int src = src_lane(o, l);
+			if (!((mask >> src) & 1))
+				fail_here("lane %d reads lane %d outside the shuffle mask 0x%08x", l,
+					  src, mask);
+			o.w_res = val[src];
 			break;
 		}
 		case EMU_W_BALLOT:
@@ -345,14 +346,13 @@ uint64_t emu_warp(enum emu_warp_op op, unsigned mask, uint64_t v, int param, int
 		case EMU_W_MATCH_ALL: {
 			unsigned m = 0;
 			for (int j = 0; j < 32; j++)
-				if ((mask >> j) & 1 && S.f[w0 + j].w_val == o.w_val)
+				if ((mask >> j) & 1 && val[j] == val[l])
 					m |= 1u << j;
 			o.w_res = op == EMU_W_MATCH_ANY ? m : m == mask ? mask : 0;
 			break;
 		}
 		}
-		if (l != lane)
-			o.st = F_RUN;
+		o.st = F_RUN;
 	}
 	w.waiting &= ~mask;
 	return f.w_res;

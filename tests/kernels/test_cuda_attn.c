@@ -10,9 +10,9 @@
  * pre-filled with NaN so an unwritten value fails. Decode is rerun with the
  * same grid (max_ctx) on shorter contexts and a padding row (position -1,
  * output 0), as a replayed CUDA graph would. Argument errors are checked
- * first and need no GPU; the rest exits 77 without one. Without a GPU,
- * tests/kernels/attn_emu/run.sh runs this file against a CPU emulation of
- * the kernels (minutes).
+ * first and need no GPU; the rest exits 77 without one. Without a GPU the
+ * suite 'emu' (tests/emu) runs this file against the host emulation of the
+ * kernels.
  */
 #include <math.h>
 #include <stdbool.h>

@@ -20,6 +20,7 @@
 
 #include "common/err.h"
 #include "engine/engine.h"
+#include "kernels/cpu/matmul.h"
 
 struct backend;
 
@@ -69,5 +70,10 @@ int backend_check_config(const struct model_config *c, struct diag *d);
  * GGUF rope_freqs tensor), computed in double. */
 void backend_rope_inv_freq(const struct model_config *c, const struct tensor *freq_factors,
 			   float *out);
+/* A (rows, cols) weight matrix of the model as a kmat view, after checking it
+ * is one: present, that shape, a weight dtype (F32/F16/BF16/Q8_0/I8/F8_E4M3),
+ * enough bytes, and 1 or rows scales for I8/F8. */
+int backend_matrix_view(const struct tensor *t, int64_t rows, int64_t cols, struct kmat *out,
+			struct diag *d);
 
 #endif

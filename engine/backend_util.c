@@ -5,6 +5,7 @@
  */
 #include <math.h>
 
+#include "common/checked.h"
 #include "engine/backend.h"
 
 /* RoPE inverse frequencies with the config's scaling (HF
@@ -65,5 +66,31 @@ int backend_check_config(const struct model_config *c, struct diag *d)
 	if ((int64_t)c->n_heads * c->head_dim > (1 << 24) || c->hidden > (1 << 24) ||
 	    c->ffn > (1 << 26))
 		return diag_set(d, ERR_FORMAT, "model dimensions are implausibly large");
+	return 0;
+}
+
+int backend_matrix_view(const struct tensor *t, int64_t rows, int64_t cols, struct kmat *out,
+			struct diag *d)
+{
+	const char *name = t->name ? t->name : "(unnamed)";
+	if (!tensor_present(t))
+		return diag_set(d, ERR_FORMAT, "%s: weight missing", name);
+	if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
+		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld, %lld)", name, (long long)rows,
+				(long long)cols);
+	if (!(t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16 ||
+	      t->dtype == DT_Q8_0 || t->dtype == DT_I8 || t->dtype == DT_F8_E4M3))
+		return diag_set(d, ERR_UNSUPPORTED, "%s: weight dtype %s is not supported", name,
+				dtype_name(t->dtype));
+	uint64_t row_bytes, total;
+	if (dtype_row_bytes(t->dtype, (uint64_t)cols, &row_bytes) ||
+	    ck_mul_u64(row_bytes, (uint64_t)rows, &total) || t->n_bytes < total)
+		return diag_set(d, ERR_FORMAT, "%s: %llu bytes is too small for its shape", name,
+				(unsigned long long)t->n_bytes);
+	if ((t->dtype == DT_I8 || t->dtype == DT_F8_E4M3) &&
+	    (!t->scale || !(t->n_scale == 1 || t->n_scale == rows)))
+		return diag_set(d, ERR_FORMAT, "%s: needs 1 or %lld scales", name, (long long)rows);
+	*out = (struct kmat){ .dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data,
+			      .scale = t->scale, .n_scale = t->n_scale };
 	return 0;
 }

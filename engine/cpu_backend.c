@@ -32,12 +32,6 @@ static int own(struct cpu_backend *cb, void *p)
 	return 0;
 }
 
-static bool weight_dtype_ok(enum dtype t)
-{
-	return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_Q8_0 || t == DT_I8 ||
-	       t == DT_F8_E4M3;
-}
-
 /* Convert a 16/32-bit weight to int8 / fp8 with one scale per output row
  * (kernels/cpu/quant.h); the copy and its scales are owned by the backend. */
 static int quantize_weight(struct cpu_backend *cb, struct kmat *w, enum dtype to, const char *name,
@@ -65,32 +59,13 @@ static int quantize_weight(struct cpu_backend *cb, struct kmat *w, enum dtype to
 	return 0;
 }
 
-/* A (rows, cols) weight matrix as a kmat, after checking it is one. */
+/* A (rows, cols) weight matrix as a kmat (backend_matrix_view checks it),
+ * converted when quant asks. */
 static int weight_view(struct cpu_backend *cb, const struct tensor *t, int64_t rows, int64_t cols,
 		       enum dtype quant, struct kmat *out, struct diag *d)
 {
-	const char *name = t->name ? t->name : "(unnamed)";
-	if (!tensor_present(t))
-		return diag_set(d, ERR_FORMAT, "%s: weight missing", name);
-	if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
-		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld, %lld)", name, (long long)rows,
-				(long long)cols);
-	if (!weight_dtype_ok(t->dtype))
-		return diag_set(d, ERR_UNSUPPORTED, "%s: dtype %s not supported by the CPU backend",
-				name, dtype_name(t->dtype));
-	uint64_t row_bytes, total;
-	if (dtype_row_bytes(t->dtype, (uint64_t)cols, &row_bytes) ||
-	    ck_mul_u64(row_bytes, (uint64_t)rows, &total) || t->n_bytes < total)
-		return diag_set(d, ERR_FORMAT, "%s: %llu bytes is too small for its shape", name,
-				(unsigned long long)t->n_bytes);
-	if (t->dtype == DT_I8 || t->dtype == DT_F8_E4M3) {
-		if (!t->scale || !(t->n_scale == 1 || t->n_scale == rows))
-			return diag_set(d, ERR_FORMAT, "%s: needs 1 or %lld scales", name,
-					(long long)rows);
-	}
-	*out = (struct kmat){ .dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data,
-			      .scale = t->scale, .n_scale = t->n_scale };
-	return quantize_weight(cb, out, quant, name, d);
+	int rc = backend_matrix_view(t, rows, cols, out, d);
+	return rc ? rc : quantize_weight(cb, out, quant, t->name ? t->name : "(unnamed)", d);
 }
 
 /* A (n) vector as an F32 copy owned by the backend; *out NULL when absent and
@@ -116,67 +91,6 @@ static int vector_f32(struct cpu_backend *cb, const struct tensor *t, int64_t n,
 	struct kmat k = { .dtype = t->dtype, .rows = 1, .cols = n, .data = t->data };
 	kcpu_dequant_row(&k, 0, v);
 	*out = v;
-	return 0;
-}
-
-/* RoPE inverse frequencies with the config's scaling (HF
- * _compute_llama3_parameters for llama3), computed in double. A GGUF file's
- * rope_freqs tensor (llama.cpp's "freq factors", how Llama 3.1+ GGUF files
- * carry their llama3 scaling) divides each frequency instead; it replaces a
- * llama3 scaling from the config rather than stacking on it. */
-static void rope_inv_freq(const struct model_config *c, const struct tensor *freq_factors,
-			  float *out)
-{
-	const int half = c->head_dim / 2;
-	const float *ff = NULL;
-	if (tensor_present(freq_factors) && freq_factors->dtype == DT_F32 &&
-	    freq_factors->n_bytes >= (uint64_t)half * sizeof(float))
-		ff = freq_factors->data;
-	for (int i = 0; i < half; i++) {
-		double f = pow((double)c->rope_theta, -2.0 * i / (double)c->head_dim);
-		if (ff) {
-			f /= (double)ff[i];
-		} else if (c->rope_scaling.type == ROPE_SCALING_LINEAR && c->rope_scaling.factor > 0) {
-			f /= c->rope_scaling.factor;
-		} else if (c->rope_scaling.type == ROPE_SCALING_LLAMA3) {
-			double factor = c->rope_scaling.factor, lo = c->rope_scaling.low_freq_factor,
-			       hi = c->rope_scaling.high_freq_factor,
-			       old = c->rope_scaling.original_max_pos;
-			double wavelen = 2.0 * M_PI / f;
-			double lo_wavelen = old / lo, hi_wavelen = old / hi;
-			if (wavelen > lo_wavelen) {
-				f /= factor;
-			} else if (wavelen >= hi_wavelen) { /* between: blend */
-				double smooth = (old / wavelen - lo) / (hi - lo);
-				f = (1.0 - smooth) * f / factor + smooth * f;
-			}
-		}
-		out[i] = (float)f;
-	}
-}
-
-static int check_config(const struct model_config *c, struct diag *d)
-{
-	if (c->n_layers <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-	    c->head_dim <= 0 || c->ffn <= 0 || c->vocab <= 0)
-		return diag_set(d, ERR_FORMAT, "model config has a non-positive size");
-	if (c->n_heads % c->n_kv_heads)
-		return diag_set(d, ERR_FORMAT, "n_heads %d is not a multiple of n_kv_heads %d",
-				c->n_heads, c->n_kv_heads);
-	if (c->head_dim % 2)
-		return diag_set(d, ERR_FORMAT, "head_dim %d is odd", c->head_dim);
-	if (!(c->rope_theta > 0))
-		return diag_set(d, ERR_FORMAT, "rope_theta must be positive");
-	if (c->rope_scaling.type == ROPE_SCALING_LLAMA3 &&
-	    !(c->rope_scaling.factor > 0 && c->rope_scaling.low_freq_factor > 0 &&
-	      c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor &&
-	      c->rope_scaling.original_max_pos > 0))
-		return diag_set(d, ERR_FORMAT, "llama3 rope scaling parameters are invalid");
-	/* hidden * n_heads * head_dim products are taken as int64 below; keep
-	 * every single dimension in int range and sane. */
-	if ((int64_t)c->n_heads * c->head_dim > (1 << 24) || c->hidden > (1 << 24) ||
-	    c->ffn > (1 << 26))
-		return diag_set(d, ERR_FORMAT, "model dimensions are implausibly large");
 	return 0;
 }
 
@@ -348,7 +262,7 @@ int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
 	*out = NULL;
 	if (!m || !opts)
 		return diag_set(d, ERR_INVAL, "no model or options");
-	int rc = check_config(&m->cfg, d);
+	int rc = backend_check_config(&m->cfg, d);
 	if (rc)
 		return rc;
 	if (!m->w.layers)
@@ -375,7 +289,7 @@ int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
 		rc = diag_set(d, ERR_NOMEM, "out of memory");
 		goto fail;
 	}
-	rope_inv_freq(c, &m->w.rope_freqs, cb->inv_freq);
+	backend_rope_inv_freq(c, &m->w.rope_freqs, cb->inv_freq);
 	/* Embeddings stay in the file's dtype: only gathered rows are dequantized,
 	 * and a tied LM head must read the very same table. */
 	if ((rc = weight_view(cb, &m->w.tok_embd, c->vocab, c->hidden, DT_F32, &cb->tok_embd, d)))

@@ -171,30 +171,10 @@ static bool is_8bit(enum dtype t)
 	return t == DT_Q8_0 || t == DT_I8 || t == DT_F8_E4M3;
 }
 
-/* A model tensor as a kmat of (rows, cols), after checking it is one. */
 static int view(const struct tensor *t, int64_t rows, int64_t cols, struct kmat *out,
 		struct diag *d)
 {
-	const char *name = t->name ? t->name : "(unnamed)";
-	if (!tensor_present(t))
-		return diag_set(d, ERR_FORMAT, "%s: weight missing", name);
-	if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
-		return diag_set(d, ERR_FORMAT, "%s: shape is not (%lld, %lld)", name, (long long)rows,
-				(long long)cols);
-	if (!(t->dtype == DT_F32 || t->dtype == DT_F16 || t->dtype == DT_BF16 || is_8bit(t->dtype)))
-		return diag_set(d, ERR_UNSUPPORTED, "%s: dtype %s not supported by the CUDA backend",
-				name, dtype_name(t->dtype));
-	uint64_t row_bytes, total;
-	if (dtype_row_bytes(t->dtype, (uint64_t)cols, &row_bytes) ||
-	    ck_mul_u64(row_bytes, (uint64_t)rows, &total) || t->n_bytes < total)
-		return diag_set(d, ERR_FORMAT, "%s: %llu bytes is too small for its shape", name,
-				(unsigned long long)t->n_bytes);
-	if ((t->dtype == DT_I8 || t->dtype == DT_F8_E4M3) &&
-	    (!t->scale || !(t->n_scale == 1 || t->n_scale == rows)))
-		return diag_set(d, ERR_FORMAT, "%s: needs 1 or %lld scales", name, (long long)rows);
-	*out = (struct kmat){ .dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data,
-			      .scale = t->scale, .n_scale = t->n_scale };
-	return 0;
+	return backend_matrix_view(t, rows, cols, out, d);
 }
 
 /* Rows [0, w->rows) of w as 16-bit gdt values into dst. */

@@ -520,38 +520,29 @@ static int ensure_logits(struct batcher *b, int n_logits)
 	return 0;
 }
 
+/* *p grown to bytes (kept on failure). */
+static int grow(void **p, size_t bytes)
+{
+	void *n = realloc(*p, bytes);
+	if (!n)
+		return ERR_NOMEM;
+	*p = n;
+	return 0;
+}
+
 static int ensure_sample_rows(struct batcher *b, int n)
 {
 	if (n <= b->s_cap)
 		return 0;
-	const size_t top = (size_t)n * K_SAMPLE_MAX_TOP;
-	void *p[7] = {
-		realloc(b->srows, (size_t)n * sizeof(*b->srows)),
-		NULL, NULL, NULL, NULL, NULL, NULL,
-	};
-	if (p[0])
-		b->srows = p[0];
-	p[1] = realloc(b->s_token, (size_t)n * sizeof(int32_t));
-	if (p[1])
-		b->s_token = p[1];
-	p[2] = realloc(b->s_rank, (size_t)n * sizeof(int32_t));
-	if (p[2])
-		b->s_rank = p[2];
-	p[3] = realloc(b->s_top_ids, top * sizeof(int32_t));
-	if (p[3])
-		b->s_top_ids = p[3];
-	p[4] = realloc(b->s_logprob, (size_t)n * sizeof(float));
-	if (p[4])
-		b->s_logprob = p[4];
-	p[5] = realloc(b->s_top_lp, top * sizeof(float));
-	if (p[5])
-		b->s_top_lp = p[5];
-	p[6] = realloc(b->s_live, (size_t)n * sizeof(bool));
-	if (p[6])
-		b->s_live = p[6];
-	for (int i = 0; i < 7; i++)
-		if (!p[i])
-			return ERR_NOMEM;
+	const size_t rows = (size_t)n, top = rows * K_SAMPLE_MAX_TOP;
+	if (grow((void **)&b->srows, rows * sizeof(*b->srows)) ||
+	    grow((void **)&b->s_token, rows * sizeof(int32_t)) ||
+	    grow((void **)&b->s_rank, rows * sizeof(int32_t)) ||
+	    grow((void **)&b->s_top_ids, top * sizeof(int32_t)) ||
+	    grow((void **)&b->s_logprob, rows * sizeof(float)) ||
+	    grow((void **)&b->s_top_lp, top * sizeof(float)) ||
+	    grow((void **)&b->s_live, rows * sizeof(bool)))
+		return ERR_NOMEM;
 	b->s_cap = n;
 	return 0;
 }

@@ -31,9 +31,6 @@ struct backend_ops {
 	int (*alloc_kv)(struct backend *b, int n_blocks, int block_size, enum dtype kv_dtype);
 	/* One validated step; logits [n_logits, vocab] in logits_rows order. */
 	int (*forward)(struct backend *b, const struct engine_batch *batch, float *logits);
-	/* Greedy pick over n_rows rows of logits [n_rows, vocab] (already on the
-	 * host for CPU); tokens_out[n_rows]. Richer sampling is engine/sampling. */
-	int (*sample)(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out);
 	/* Optional (NULL: the engine runs forward, then k_sample_ref on the host):
 	 * a step, then the sampling chain on the device for every logits row;
 	 * a's arrays are host pointers (see engine_forward_sample). */

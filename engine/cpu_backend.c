@@ -192,19 +192,10 @@ static int cpu_copy_blocks(struct backend *b, const int32_t *src, const int32_t 
 	return 0;
 }
 
-static int cpu_sample(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out)
-{
-	struct cpu_backend *cb = (struct cpu_backend *)b;
-	for (int i = 0; i < n_rows; i++)
-		tokens_out[i] = kops_argmax(logits + (size_t)i * cb->cfg.vocab, cb->cfg.vocab);
-	return 0;
-}
-
 static const struct backend_ops cpu_ops = {
 	.name = "cpu",
 	.alloc_kv = cpu_alloc_kv,
 	.forward = cpu_forward,
-	.sample = cpu_sample,
 	.copy_blocks = cpu_copy_blocks,
 	.free = cpu_free,
 };

@@ -44,7 +44,6 @@
 #include "common/checked.h"
 #include "common/log.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/sample_ref.h"
 #include "kernels/cuda/kcuda.h"
@@ -887,14 +886,6 @@ static int cu_forward_sample(struct backend *be, const struct engine_batch *b,
 	return k_cuda_stream_sync(cb->stream);
 }
 
-static int cu_sample(struct backend *b, const float *logits, int n_rows, int32_t *tokens_out)
-{
-	struct cuda_backend *cb = (struct cuda_backend *)b;
-	for (int i = 0; i < n_rows; i++)
-		tokens_out[i] = kops_argmax(logits + (size_t)i * cb->cfg.vocab, cb->cfg.vocab);
-	return 0;
-}
-
 static void cu_free(struct backend *b)
 {
 	struct cuda_backend *cb = (struct cuda_backend *)b;
@@ -924,7 +915,6 @@ static const struct backend_ops cuda_ops = {
 	.alloc_kv = cu_alloc_kv,
 	.forward = cu_forward,
 	.forward_sample = cu_forward_sample,
-	.sample = cu_sample,
 	.copy_blocks = cu_copy_blocks,
 	.free = cu_free,
 };

@@ -12,7 +12,7 @@
  * allocation); the engine just reads the block tables it is given. How values
  * are laid out inside a block is the backend's business.
  *
- * A backend is a small vtable (engine/backend.h): alloc_kv, forward, sample,
+ * A backend is a small vtable (engine/backend.h): alloc_kv, forward, forward_sample,
  * copy_blocks, free; CPU (engine/cpu_backend.c on kernels/cpu) always, CUDA
  * where built. Tests: tests/engine/test_engine*.c, tests/reference/.
  */

@@ -44,6 +44,7 @@
 #include "common/checked.h"
 #include "common/log.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/sample_ref.h"
 #include "kernels/cuda/kcuda.h"
@@ -89,6 +90,7 @@ struct cuda_backend {
 	struct k_cuda_props props;
 	void *stream;
 	struct k_blas *blas;
+	struct kpool *load_pool; /* host threads for weight conversion; load only */
 
 	void **allocs; /* every device allocation but the KV pool */
 	int n_allocs, cap_allocs;
@@ -192,6 +194,65 @@ static void to_16bit(const struct kmat *w, enum dtype gdt, uint16_t *dst, float 
 	}
 }
 
+/* One part's conversion to the upload dtype, split by rows over the load
+ * pool (a Llama-3-8B's 7.5e9 weights take ~1 min on one thread). */
+struct convert_job {
+	const struct kmat *src;
+	enum dtype dt;	/* F16/BF16, I8 or F8_E4M3 */
+	char *dst;	/* rows * dst_row bytes */
+	float *scales;	/* I8/F8: one per row */
+	size_t dst_row;
+	int rc[64];	/* per worker; workers beyond 64 share the last */
+};
+
+static void convert_rows(void *ctx, int ith, int nth)
+{
+	struct convert_job *j = ctx;
+	long r0, r1;
+	kpool_split((long)j->src->rows, ith, nth, &r0, &r1);
+	int *rc = &j->rc[ith < 64 ? ith : 63];
+	uint64_t src_row;
+	if (r0 >= r1 || *rc)
+		return;
+	if (dtype_row_bytes(j->src->dtype, (uint64_t)j->src->cols, &src_row)) {
+		*rc = ERR_INVAL;
+		return;
+	}
+	struct kmat sub = *j->src;
+	sub.rows = r1 - r0;
+	sub.data = (const char *)j->src->data + (size_t)r0 * src_row;
+	if (sub.scale && sub.n_scale > 1) {
+		sub.scale += r0;
+		sub.n_scale = sub.rows;
+	}
+	char *out = j->dst + (size_t)r0 * j->dst_row;
+	if (j->dt == DT_F16 || j->dt == DT_BF16) {
+		float *row = malloc((size_t)sub.cols * sizeof(float));
+		if (!row) {
+			*rc = ERR_NOMEM;
+			return;
+		}
+		to_16bit(&sub, j->dt, (uint16_t *)out, row);
+		free(row);
+	} else if (j->dt == DT_I8) {
+		*rc = kcpu_quantize_i8(&sub, (int8_t *)out, j->scales + r0);
+	} else {
+		*rc = kcpu_quantize_f8(&sub, (uint8_t *)out, j->scales + r0);
+	}
+}
+
+static int convert(struct cuda_backend *cb, const struct kmat *src, enum dtype dt, char *dst,
+		   size_t dst_row, float *scales)
+{
+	struct convert_job j = { .src = src, .dt = dt, .dst = dst, .scales = scales,
+				 .dst_row = dst_row };
+	kpool_run(cb->load_pool, convert_rows, &j);
+	for (int i = 0; i < 64; i++)
+		if (j.rc[i])
+			return j.rc[i];
+	return 0;
+}
+
 /* The storage dtype a group of matrices gets on the device: the requested
  * quantization for 16/32-bit sources, the files' 8-bit type when all parts
  * share it, else the compute dtype. INT8/FP8 rows need k a multiple of 16
@@ -228,23 +289,18 @@ static int upload_cat(struct cuda_backend *cb, const struct kmat *parts, int n_p
 		return diag_set(d, ERR_OVERFLOW, "%s: too large", what);
 	char *host = malloc(total ? total : 1);
 	float *scales = malloc((size_t)rows * sizeof(float));
-	float *row = malloc((size_t)k * sizeof(float));
-	int rc = host && scales && row ? 0 : ERR_NOMEM;
+	int rc = host && scales ? 0 : ERR_NOMEM;
 	size_t off = 0;
 	int64_t r0 = 0;
 	for (int i = 0; i < n_parts && !rc; i++) {
 		const struct kmat *p = &parts[i];
 		const size_t bytes = (size_t)row_bytes * (size_t)p->rows;
-		if (dt == DT_F16 || dt == DT_BF16) {
-			to_16bit(p, dt, (uint16_t *)(host + off), row);
-		} else if (p->dtype == dt) { /* 8-bit as in the file */
+		if (p->dtype == dt && is_8bit(dt)) { /* 8-bit as in the file */
 			memcpy(host + off, p->data, bytes);
 			for (int64_t r = 0; r < p->rows && dt != DT_Q8_0; r++)
 				scales[r0 + r] = p->n_scale == 1 ? p->scale[0] : p->scale[r];
-		} else if (dt == DT_I8) {
-			rc = kcpu_quantize_i8(p, (int8_t *)(host + off), scales + r0);
-		} else if (dt == DT_F8_E4M3) {
-			rc = kcpu_quantize_f8(p, (uint8_t *)(host + off), scales + r0);
+		} else if (dt == DT_F16 || dt == DT_BF16 || dt == DT_I8 || dt == DT_F8_E4M3) {
+			rc = convert(cb, p, dt, host + off, (size_t)row_bytes, scales + r0);
 		} else {
 			rc = ERR_INTERNAL;
 		}
@@ -274,7 +330,6 @@ static int upload_cat(struct cuda_backend *cb, const struct kmat *parts, int n_p
 		rc = upload(cb, scales, (size_t)rows * sizeof(float), (void **)&out->d_scale);
 	free(host);
 	free(scales);
-	free(row);
 	if (rc)
 		return dev_error(d, rc, what);
 	return 0;
@@ -891,6 +946,7 @@ static void cu_free(struct backend *b)
 	struct cuda_backend *cb = (struct cuda_backend *)b;
 	if (!cb)
 		return;
+	kpool_destroy(cb->load_pool);
 	if (cb->stream)
 		k_cuda_stream_sync(cb->stream);
 	drop_graphs(cb);
@@ -999,6 +1055,8 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		dev_error(d, rc, "CUDA device 0");
 		goto fail;
 	}
+	if (kpool_create(opts->n_threads, &cb->load_pool)) /* else one thread converts */
+		cb->load_pool = NULL;
 	cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers);
 	float *inv = malloc((size_t)(hd / 2) * sizeof(float));
 	if (!cb->layers || !inv) {
@@ -1031,6 +1089,8 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 	if ((rc = upload_vec(cb, &m->w.out_norm, c->hidden, true, &cb->out_norm, d)) ||
 	    (rc = load_layers(cb, opts->quantization, d)) || (rc = alloc_activations(cb, d)))
 		goto fail;
+	kpool_destroy(cb->load_pool);
+	cb->load_pool = NULL;
 	/* the sampling workspace for the most rows k_sample sees at once, before
 	 * the KV pool takes what is left (up to ~0.3 GB for big vocabularies) */
 	const int s_rows = opts->max_batch_tokens < LOGIT_ROWS ? opts->max_batch_tokens : LOGIT_ROWS;

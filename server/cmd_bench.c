@@ -552,6 +552,7 @@ static int bench_engine(int argc, char **argv)
 				  .enforce_eager = eager };
 	struct engine *e = NULL;
 	struct kpool *pool = NULL;
+	t0 = now_s();
 	if ((rc = engine_create(m, &eo, &e, &d)) || (rc = kpool_create(threads, &pool))) {
 		fprintf(stderr, "bench engine: %s\n", e ? err_str(rc) : d.msg);
 		engine_destroy(e);
@@ -559,6 +560,7 @@ static int bench_engine(int argc, char **argv)
 		model_destroy(loaded);
 		return 1;
 	}
+	printf("engine: %s ready in %.1f s\n", engine_backend_name(e), now_s() - t0);
 	const int nth = kpool_size(pool);
 	double bw = 0, peak = 0;
 	if (cuda) {

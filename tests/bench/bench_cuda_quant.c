@@ -54,7 +54,7 @@ struct bench {
 };
 
 /* One timed operation: which kernel and its operands. */
-enum op_kind { OP_BF16, OP_GEMV, OP_GEMV_Q8R, OP_W8A8, OP_QUANT_W8A8 };
+enum op_kind { OP_BF16, OP_GEMV, OP_GEMV_Q8R, OP_W8A8, OP_QUANT_W8A8, OP_DEQUANT_BF16 };
 struct op {
 	enum op_kind kind;
 	enum dtype w_dt;
@@ -67,6 +67,7 @@ struct op {
 	void *d_xq;       /* 8-bit [t, k] */
 	float *d_xs;      /* [t] */
 	float *d_y;       /* F32 [t, n] */
+	void *d_wtmp;     /* BF16 [n, k]: OP_DEQUANT_BF16's dequantized weights */
 };
 
 static int check(int rc, const char *what)
@@ -95,6 +96,12 @@ static int run_op(struct bench *b, const struct op *o)
 			return rc;
 	}
 		/* fall through */
+	case OP_DEQUANT_BF16: { /* the weight-only path: dequantize, then BF16 */
+		int rc = k_dequant_w8(b->stream, o->d_w, o->w_dt, o->d_ws, o->n_ws, NULL, o->n,
+		                      o->k, o->d_wtmp, DT_BF16);
+		return rc ? rc : k_gemm(b->blas, o->d_wtmp, DT_BF16, o->n, o->k, o->d_x, o->t,
+		                        o->d_y, 0);
+	}
 	case OP_W8A8:
 		return k_gemm_w8a8(b->blas, o->d_w, o->w_dt, o->d_ws, o->n_ws, o->n, o->k, o->d_xq,
 		                   o->d_xs, o->t, o->d_y, 0);
@@ -248,16 +255,19 @@ static int bench_decode(struct bench *b)
 static int bench_prefill(struct bench *b)
 {
 	const int t = PREFILL_T;
-	printf("\nprefill T=%d: k_gemm_w8a8 vs BF16 k_gemm (TFLOP/s; +q: with k_quant_rows)\n", t);
-	printf("%-8s %5s %5s %-6s %9s %9s %9s %9s\n", "shape", "N", "K", "path", "ms", "TFLOP/s",
-	       "+q ms", "bf16/w8");
+	printf("\nprefill T=%d: k_gemm_w8a8 vs BF16 k_gemm (TFLOP/s; +q: with k_quant_rows;\n"
+	       "deq ms: k_dequant_w8 + BF16 k_gemm, the weight-only alternative)\n", t);
+	printf("%-8s %5s %5s %-6s %9s %9s %9s %9s %9s\n", "shape", "N", "K", "path", "ms",
+	       "TFLOP/s", "+q ms", "bf16/w8", "deq ms");
 	int rc = 0;
 	for (int s = 0; !rc && s < N_SHAPES; s++) {
 		const int n = shapes[s].n, k = shapes[s].k;
 		const double flop = 2.0 * t * n * k;
 		void *d_w16 = NULL, *d_w8 = NULL, *d_x = NULL, *d_xq = NULL, *d_ws = NULL,
-		     *d_xs = NULL, *d_y = NULL;
+		     *d_xs = NULL, *d_y = NULL, *d_wtmp = NULL;
 		rc = alloc_filled(b, &d_w16, (size_t)n * k * 2);
+		if (!rc)
+			rc = check(k_cuda_malloc(&d_wtmp, (size_t)n * k * 2), "malloc");
 		if (!rc)
 			rc = alloc_filled(b, &d_w8, (size_t)n * k);
 		if (!rc)
@@ -277,8 +287,8 @@ static int bench_prefill(struct bench *b)
 			rc = time_op(b, &o, &bf16_ms);
 		if (rc)
 			break;
-		printf("%-8s %5d %5d %-6s %9.4f %9.1f %9s %9s\n", shapes[s].name, n, k, "bf16",
-		       bf16_ms, flop / bf16_ms / 1e9, "-", "1.00");
+		printf("%-8s %5d %5d %-6s %9.4f %9.1f %9s %9s %9s\n", shapes[s].name, n, k, "bf16",
+		       bf16_ms, flop / bf16_ms / 1e9, "-", "1.00", "-");
 		printf("quant.prefill.%s.bf16_tflops=%.1f\n", shapes[s].name, flop / bf16_ms / 1e9);
 		for (int q = 0; !rc && q < 2; q++) {
 			const enum dtype w_dt = q ? DT_I8 : DT_F8_E4M3;
@@ -296,13 +306,17 @@ static int bench_prefill(struct bench *b)
 			/* X quantized once so the GEMM-only runs see real codes. */
 			rc = check(k_quant_rows(b->stream, d_x, DT_BF16, t, k, w_dt, d_xq, d_xs),
 			           "k_quant_rows");
-			double ms = 0, msq = 0;
+			double ms = 0, msq = 0, msd = 0;
 			o.kind = OP_W8A8;
 			if (!rc)
 				rc = time_op(b, &o, &ms);
 			o.kind = OP_QUANT_W8A8;
 			if (!rc)
 				rc = time_op(b, &o, &msq);
+			o.kind = OP_DEQUANT_BF16;
+			o.d_wtmp = d_wtmp;
+			if (!rc)
+				rc = time_op(b, &o, &msd);
 			if (rc) { /* report it and go on with the other type and shapes */
 				printf("quant.prefill.%s.%s_error=%d\n", shapes[s].name,
 				       dtype_name(w_dt), rc);
@@ -310,8 +324,10 @@ static int bench_prefill(struct bench *b)
 				continue;
 			}
 			const char *nm = dtype_name(w_dt);
-			printf("%-8s %5d %5d %-6s %9.4f %9.1f %9.4f %9.2f\n", shapes[s].name, n, k,
-			       nm, ms, flop / ms / 1e9, msq, bf16_ms / ms);
+			printf("%-8s %5d %5d %-6s %9.4f %9.1f %9.4f %9.2f %9.4f\n", shapes[s].name, n,
+			       k, nm, ms, flop / ms / 1e9, msq, bf16_ms / ms, msd);
+			printf("quant.prefill.%s.%s_dequant_bf16_ms=%.4f\n", shapes[s].name, nm, msd);
+			printf("quant.prefill.%s.%s_w8a8_with_quant_ms=%.4f\n", shapes[s].name, nm, msq);
 			printf("quant.prefill.%s.%s_tflops=%.1f\n", shapes[s].name, nm,
 			       flop / ms / 1e9);
 			printf("quant.prefill.%s.%s_with_quant_tflops=%.1f\n", shapes[s].name, nm,
@@ -320,6 +336,7 @@ static int bench_prefill(struct bench *b)
 			       bf16_ms / ms);
 		}
 		k_cuda_free(d_w16);
+		k_cuda_free(d_wtmp);
 		k_cuda_free(d_w8);
 		k_cuda_free(d_x);
 		k_cuda_free(d_xq);

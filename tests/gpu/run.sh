@@ -5,48 +5,83 @@
 #
 #   tests/gpu/run.sh [BUILD_DIR]          (default build-gpu)
 #
-# Environment: GPU_ARCHS (default 90a), OUT (if set, logs are copied there),
-# QUICK=1 (smaller benchmark shapes, for a first smoke run).
+# Environment: GPU_ARCHS (default 90a), OUT (if set, the logs go there as
+# gpu-logs.tgz),
+# QUICK=1 (smaller benchmark shapes, for a first smoke run), AORTA_PREBUILT=DIR
+# (run the programs tests/gpu/bundle.sh packed into DIR instead of building:
+# for a GPU machine without the build dependencies), TEST_TIMEOUT (per CUDA
+# test in that mode, default 120 s).
 # Exit status: non-zero when the build or any CUDA test failed; benchmark
 # failures are reported but do not hide test results.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build-gpu}
 ARCHS=${GPU_ARCHS:-90a}
-LOG=${OUT:-/tmp}/gpu-run
-mkdir -p "$LOG"
+LOG=/tmp/aorta-gpu-run
+rm -rf "$LOG" && mkdir -p "$LOG"
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
+# logs go to $OUT as one archive, refreshed at each stage (a run cut short
+# still returns what it had)
+save() { [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-logs.tgz" -C /tmp aorta-gpu-run; return 0; }
+stamp() { save; echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
 stamp "device"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
 
-stamp "build ($ARCHS, release)"
-if [ ! -f "$BUILD/build.ninja" ]; then
-	meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs="$ARCHS" --buildtype=release \
-		>"$LOG/setup.log" 2>&1 || { tail -30 "$LOG/setup.log"; exit 1; }
+if [ -n "${AORTA_PREBUILT:-}" ]; then
+	# programs packed by tests/gpu/bundle.sh; CUDA's own libraries from the toolkit
+	PRE=$(cd "$AORTA_PREBUILT" && pwd)
+	export LD_LIBRARY_PATH="$PRE/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	bin() { echo "$PRE/bin/$(basename "$1")"; }
+	stamp "CUDA tests (prebuilt, $PRE; in parallel)"
+	tests_rc=0
+	cuda_tests="test_cuda_smoke test_cuda_gemm test_cuda_ops test_cuda_attn test_cuda_sample
+		test_cuda_quant test_cuda_engine"
+	for t in $cuda_tests; do
+		( t1=$(date +%s)
+		  timeout "${TEST_TIMEOUT:-120}" "$PRE/bin/$t" >"$LOG/$t.log" 2>&1
+		  echo "$? $(( $(date +%s) - t1 ))" >"$LOG/$t.rc" ) &
+	done
+	wait
+	n_ok=0
+	for t in $cuda_tests; do
+		read -r rc secs <"$LOG/$t.rc"
+		case $rc in
+		0) r=OK; n_ok=$((n_ok + 1)) ;; 77) r=SKIP ;; 124) r=TIMEOUT; tests_rc=1 ;; *) r="FAIL ($rc)"; tests_rc=1 ;;
+		esac
+		echo "$t: $r ($secs s)"
+		[ "$r" = OK ] || [ "$r" = SKIP ] || { grep -m 30 -E "FAIL|rror|mismatch" "$LOG/$t.log"; tail -5 "$LOG/$t.log"; }
+	done
+	[ $tests_rc -eq 0 ] && [ $n_ok -eq 0 ] && tests_rc=77
+else
+	bin() { echo "$BUILD/$1"; }
+	stamp "build ($ARCHS, release)"
+	if [ ! -f "$BUILD/build.ninja" ]; then
+		meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs="$ARCHS" --buildtype=release \
+			>"$LOG/setup.log" 2>&1 || { tail -30 "$LOG/setup.log"; exit 1; }
+	fi
+	ninja -C "$BUILD" >"$LOG/build.log" 2>&1 || { grep -B2 -A12 -E "error|FAILED" "$LOG/build.log" | head -80; exit 1; }
+
+	stamp "CUDA tests (suite gpu)"
+	meson test -C "$BUILD" --suite gpu --print-errorlogs --num-processes 4 >"$LOG/tests-gpu.log" 2>&1
+	tests_rc=$?
+	grep -E "^ *[0-9]+/[0-9]+ |Ok:|Fail:|Skipped:|Timeout:" "$LOG/tests-gpu.log"
+	[ $tests_rc -ne 0 ] && grep -E "FAIL|MISMATCH|mismatch" "$BUILD/meson-logs/testlog.txt" | head -40
+	cp "$BUILD/meson-logs/testlog.txt" "$LOG/testlog-gpu.txt" 2>/dev/null
+
+	stamp "engine tests on the CPU (the references the GPU is compared to)"
+	meson test -C "$BUILD" test_engine test_ops test_matmul ref_forward --num-processes 8 \
+		>"$LOG/tests-cpu.log" 2>&1
+	grep -E "Ok:|Fail:" "$LOG/tests-cpu.log"
 fi
-ninja -C "$BUILD" >"$LOG/build.log" 2>&1 || { grep -B2 -A12 -E "error|FAILED" "$LOG/build.log" | head -80; exit 1; }
-
-stamp "CUDA tests (suite gpu)"
-meson test -C "$BUILD" --suite gpu --print-errorlogs --num-processes 4 >"$LOG/tests-gpu.log" 2>&1
-tests_rc=$?
-grep -E "^ *[0-9]+/[0-9]+ |Ok:|Fail:|Skipped:|Timeout:" "$LOG/tests-gpu.log"
-[ $tests_rc -ne 0 ] && grep -E "FAIL|MISMATCH|mismatch" "$BUILD/meson-logs/testlog.txt" | head -40
-cp "$BUILD/meson-logs/testlog.txt" "$LOG/testlog-gpu.txt" 2>/dev/null
-
-stamp "engine tests on the CPU (the references the GPU is compared to)"
-meson test -C "$BUILD" test_engine test_ops test_matmul ref_forward --num-processes 8 \
-	>"$LOG/tests-cpu.log" 2>&1
-grep -E "Ok:|Fail:" "$LOG/tests-cpu.log"
 
 stamp "machine limits (bench_cuda)"
 q=""; [ "${QUICK:-0}" = 1 ] && q="--quick"
-timeout 120 "$BUILD/tests/bench/bench_cuda" $q 2>&1 | tee "$LOG/bench_cuda.txt"
-if [ -x "$BUILD/tests/bench/bench_cuda_quant" ]; then
+timeout 120 "$(bin tests/bench/bench_cuda)" $q 2>&1 | tee "$LOG/bench_cuda.txt"
+if [ -x "$(bin tests/bench/bench_cuda_quant)" ]; then
 	stamp "8-bit GEMV/GEMM (bench_cuda_quant)"
-	timeout 120 "$BUILD/tests/bench/bench_cuda_quant" $q 2>&1 | tee "$LOG/bench_cuda_quant.txt"
+	timeout 120 "$(bin tests/bench/bench_cuda_quant)" 2>&1 | tee "$LOG/bench_cuda_quant.txt"
 fi
 
 # Llama-3-8B shape (random weights): hidden 4096, 32 layers, 32/8 heads,
@@ -58,13 +93,14 @@ shape="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128
 hbm=$(grep -oE '^bw_gbs=[0-9.]+' "$LOG/bench_cuda.txt" | cut -d= -f2)
 for q in none fp8 int8; do
 	stamp "engine bench: Llama-3-8B shape, bf16, --quantization $q"
-	timeout 150 "$BUILD/server/aorta" bench engine --device cuda --synthetic $shape --dtype bf16 \
+	timeout 150 "$(bin server/aorta)" bench engine --device cuda --synthetic $shape --dtype bf16 \
 		--quantization $q --prompt 2048 --batches 1,16,64 --decode-ctx 512 --steps 20 \
 		--hbm-gbs 4800 --peak-tflops 989 2>&1 | tee "$LOG/bench_engine_$q.txt"
 done
 
 stamp "summary"
-echo "CUDA tests: $([ $tests_rc -eq 0 ] && echo all passed || echo FAILED)"
+echo "CUDA tests: $(case $tests_rc in 0) echo all passed ;; 77) echo skipped, no GPU ;; *) echo FAILED ;; esac)"
 [ -n "$hbm" ] && echo "measured device bandwidth: $hbm GB/s (bench_cuda; the engine lines use 4800)"
 grep -hE "^(prefill|decode)" "$LOG"/bench_engine_*.txt
+save
 exit $tests_rc

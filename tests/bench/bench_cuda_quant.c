@@ -3,8 +3,9 @@
  * 28672,4096 / 4096,14336), against the BF16 path of the same shapes
  * (k_gemm, cuBLAS). Not a test: run it by hand on a GPU machine.
  *
- *   decode (T = 1 and 16): k_gemv_w8 for I8, F8 E4M3 (per-row scales) and
- *     Q8_0, and k_gemv_q8_0r on repacked Q8_0 ("q8_0r"): time, weight GB/s,
+ *   decode (T = 1, 4, 8, 16): k_gemv_w8 for I8, F8 E4M3 (per-row scales) and
+ *     Q8_0, k_gemv_q8_0r on repacked Q8_0 ("q8_0r"), and from T = 4 the
+ *     W8A8 path (k_quant_rows + k_gemm_w8a8: "i8a8", "f8a8"): time, weight GB/s,
  *     and bf16_ms / w8_ms (how much faster than the BF16 GEMV through
  *     k_gemm; about 2 would be the byte ratio);
  *   prefill (T = 2048): k_gemm_w8a8 FP8 (and INT8) TFLOP/s against BF16
@@ -89,6 +90,12 @@ static int run_op(struct bench *b, const struct op *o)
 	case OP_GEMV_Q8R:
 		return k_gemv_q8_0r(b->stream, o->d_w, o->d_wd, o->n, o->k, o->d_x, DT_BF16, o->t,
 		                    o->d_y, 0);
+	case OP_DEQUANT_BF16: { /* the weight-only path: dequantize, then BF16 */
+		int rc = k_dequant_w8(b->stream, o->d_w, o->w_dt, o->d_ws, o->n_ws, NULL, o->n,
+		                      o->k, o->d_wtmp, DT_BF16);
+		return rc ? rc : k_gemm(b->blas, o->d_wtmp, DT_BF16, o->n, o->k, o->d_x, o->t,
+		                        o->d_y, 0);
+	}
 	case OP_QUANT_W8A8: {
 		int rc =
 		    k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt, o->d_xq, o->d_xs);
@@ -96,12 +103,6 @@ static int run_op(struct bench *b, const struct op *o)
 			return rc;
 	}
 		/* fall through */
-	case OP_DEQUANT_BF16: { /* the weight-only path: dequantize, then BF16 */
-		int rc = k_dequant_w8(b->stream, o->d_w, o->w_dt, o->d_ws, o->n_ws, NULL, o->n,
-		                      o->k, o->d_wtmp, DT_BF16);
-		return rc ? rc : k_gemm(b->blas, o->d_wtmp, DT_BF16, o->n, o->k, o->d_x, o->t,
-		                        o->d_y, 0);
-	}
 	case OP_W8A8:
 		return k_gemm_w8a8(b->blas, o->d_w, o->w_dt, o->d_ws, o->n_ws, o->n, o->k, o->d_xq,
 		                   o->d_xs, o->t, o->d_y, 0);
@@ -171,9 +172,11 @@ static void make_fill(uint8_t *p, size_t n)
 
 static int bench_decode(struct bench *b)
 {
-	static const enum dtype wdts[] = {DT_I8, DT_F8_E4M3, DT_Q8_0, DT_Q8_0};
-	static const char *const wnames[] = {"i8", "f8_e4m3", "q8_0", "q8_0r"};
-	static const int ts[] = {1, 16};
+	/* the last two: W8A8 (k_quant_rows + k_gemm_w8a8, padded to 32 rows),
+	 * the backend's alternative above its GEMV row limit */
+	static const enum dtype wdts[] = {DT_I8, DT_F8_E4M3, DT_Q8_0, DT_Q8_0, DT_I8, DT_F8_E4M3};
+	static const char *const wnames[] = {"i8", "f8_e4m3", "q8_0", "q8_0r", "i8a8", "f8a8"};
+	static const int ts[] = {1, 4, 8, 16};
 	printf("\ndecode: k_gemv_w8 vs BF16 k_gemm (X BF16, L2 flushed, median of %d)\n", b->reps);
 	printf("%-8s %5s %2s %-8s %9s %9s %9s\n", "shape", "N", "T", "weights", "ms", "GB/s",
 	       "bf16/w8");
@@ -181,7 +184,7 @@ static int bench_decode(struct bench *b)
 	for (int s = 0; !rc && s < N_SHAPES; s++) {
 		const int n = shapes[s].n, k = shapes[s].k;
 		void *d_w16 = NULL, *d_w8 = NULL, *d_x = NULL, *d_ws = NULL, *d_y = NULL,
-		     *d_wd = NULL;
+		     *d_wd = NULL, *d_xq = NULL, *d_xs = NULL;
 		const size_t q8_bytes = (size_t)n * (k / Q8_0_BLOCK) * sizeof(struct q8_0_block);
 		rc = alloc_filled(b, &d_w16, (size_t)n * k * 2);
 		if (!rc)
@@ -198,7 +201,11 @@ static int bench_decode(struct bench *b)
 			           "memset"); /* scale 0: finite outputs */
 		if (!rc)
 			rc = check(k_cuda_malloc(&d_y, (size_t)16 * n * sizeof(float)), "malloc");
-		for (int ti = 0; !rc && ti < 2; ti++) {
+		if (!rc)
+			rc = check(k_cuda_malloc(&d_xq, (size_t)16 * k), "malloc");
+		if (!rc)
+			rc = check(k_cuda_malloc(&d_xs, (size_t)16 * sizeof(float)), "malloc");
+		for (int ti = 0; !rc && ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
 			const int t = ts[ti];
 			struct op o = {.kind = OP_BF16,
 			               .n = n,
@@ -214,8 +221,12 @@ static int bench_decode(struct bench *b)
 			printf("%-8s %5d %2d %-8s %9.4f %9.0f %9s\n", shapes[s].name, n, t, "bf16",
 			       bf16_ms, (double)n * k * 2 / bf16_ms / 1e6, "1.00");
 			printf("quant.decode.%s.t%d.bf16_ms=%.4f\n", shapes[s].name, t, bf16_ms);
-			for (int w = 0; !rc && w < 4; w++) {
-				o.kind = w == 3 ? OP_GEMV_Q8R : OP_GEMV;
+			for (int w = 0; !rc && w < 6; w++) {
+				if (w >= 4 && (t < 4 || (wdts[w] == DT_F8_E4M3 && !b->has_fp8)))
+					continue;
+				o.kind = w >= 4 ? OP_QUANT_W8A8 : w == 3 ? OP_GEMV_Q8R : OP_GEMV;
+				o.d_xq = d_xq;
+				o.d_xs = d_xs;
 				o.w_dt = wdts[w];
 				o.d_w = d_w8;
 				o.d_wd = d_wd;
@@ -248,6 +259,8 @@ static int bench_decode(struct bench *b)
 		k_cuda_free(d_ws);
 		k_cuda_free(d_y);
 		k_cuda_free(d_wd);
+		k_cuda_free(d_xq);
+		k_cuda_free(d_xs);
 	}
 	return rc;
 }

@@ -37,10 +37,11 @@ if [ -n "${AORTA_PREBUILT:-}" ]; then
 	stamp "CUDA tests (prebuilt, $PRE; in parallel)"
 	tests_rc=0
 	cuda_tests="test_cuda_smoke test_cuda_gemm test_cuda_ops test_cuda_attn test_cuda_sample
-		test_cuda_quant test_cuda_engine"
+		test_cuda_quant test_cuda_engine test_engine_quant_cuda"
 	for t in $cuda_tests; do
 		( t1=$(date +%s)
-		  timeout "${TEST_TIMEOUT:-120}" "$PRE/bin/$t" >"$LOG/$t.log" 2>&1
+		  exe=$t; [ $t = test_engine_quant_cuda ] && exe=test_engine_quant
+		  AORTA_TEST_DEVICE=cuda timeout "${TEST_TIMEOUT:-120}" "$PRE/bin/$exe" >"$LOG/$t.log" 2>&1
 		  echo "$? $(( $(date +%s) - t1 ))" >"$LOG/$t.rc" ) &
 	done
 	wait
@@ -98,9 +99,31 @@ for q in none fp8 int8; do
 		--hbm-gbs 4800 --peak-tflops 989 2>&1 | tee "$LOG/bench_engine_$q.txt"
 done
 
+# the whole server on the GPU: a 1B-shaped random model (make-model's own
+# small tokenizer and vocabulary), streaming clients through the
+# continuous batcher with sampling on the device; 0 failed requests expected
+stamp "serve on the GPU: aorta serve --device cuda + aorta bench serve"
+"$(bin server/aorta)" make-model --out /tmp/aorta-gpu-1b.gguf --layers 16 --hidden 2048 \
+	--heads 16 --kv-heads 8 --head-dim 128 --ffn 8192 --dtype bf16 \
+	--max-ctx 4096 --name gpu-1b >"$LOG/make_model.txt" 2>&1 || tail -3 "$LOG/make_model.txt"
+"$(bin server/aorta)" serve --model /tmp/aorta-gpu-1b.gguf --device cuda --port 18080 --served-model-name gpu-1b \
+	--max-num-seqs 128 >"$LOG/serve.txt" 2>&1 &
+srv=$!
+for _ in $(seq 1 120); do
+	python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18080/health', timeout=1)" \
+		2>/dev/null && break
+	sleep 0.5
+done
+timeout 120 "$(bin server/aorta)" bench serve --base-url http://127.0.0.1:18080 --model gpu-1b \
+	--num-prompts 256 --max-concurrency 128 --input-len 256 --output-len 128 --ignore-eos \
+	--temperature 0.8 --no-progress 2>&1 | tee "$LOG/bench_serve.txt" | tail -25
+kill $srv 2>/dev/null; wait $srv 2>/dev/null
+grep -E "ERROR|error|cuda" "$LOG/serve.txt" | head -5
+
 stamp "summary"
 echo "CUDA tests: $(case $tests_rc in 0) echo all passed ;; 77) echo skipped, no GPU ;; *) echo FAILED ;; esac)"
 [ -n "$hbm" ] && echo "measured device bandwidth: $hbm GB/s (bench_cuda; the engine lines use 4800)"
 grep -hE "^(prefill|decode)" "$LOG"/bench_engine_*.txt
+grep -hE "quant \(cuda\)" "$LOG"/test_engine_quant_cuda.log 2>/dev/null
 save
 exit $tests_rc

@@ -15,11 +15,15 @@ namespace {
 
 // ---- geometry shared by host and device -----------------------------------------
 
-// Decode: the context is cut into at most MAX_SPLITS splits whose length is a
-// multiple of SPLIT_UNIT positions; the split length depends on max_ctx only,
-// so the grid of a captured graph stays valid for every shorter context.
-constexpr int SPLIT_UNIT = 256;
+// Decode: each row's context is cut into n_splits splits of equal length
+// (rounded up to SPLIT_ROUND positions), computed in the kernels from the
+// row's own context, so short contexts get short splits; n_splits depends on
+// n_rows, the heads and max_ctx only (enough CTAs to fill the device), so the
+// grid of a captured graph stays valid for every context up to max_ctx.
+constexpr int SPLIT_ROUND = 16;
+constexpr int MIN_SPLIT = 16;	     // max_ctx / MIN_SPLIT bounds the splits
 constexpr int MAX_SPLITS = 32;
+constexpr int DEC_TARGET_CTAS = 1024; // about 8 CTAs of 128 threads per SM on 132 SMs
 constexpr int DEC_THREADS = 128;
 constexpr int DEC_HEADS = 8; // query heads of one kv head handled by one decode CTA
 constexpr int PF_THREADS = 256;
@@ -42,25 +46,27 @@ struct attn_geo {
 	int group;	   // n_heads / n_kv_heads
 	int hc;		   // query heads per CTA (a chunk of the group)
 	int n_hchunks;	   // chunks per kv head: grid.y = n_kv_heads * n_hchunks
-	int n_splits;	   // decode
-	int split_len;	   // decode
+	int n_splits;	   // decode (the split length is per row: split_len_of)
 	int rows_per_tile; // prefill
 	int ctx_limit;	   // positions past this are never read (table size, max_ctx)
 	float k_mul;	   // scale (* k_scale for FP8)
 	float v_mul;	   // 1 (v_scale for FP8)
 };
 
-int split_len_for(int max_ctx)
+// Most splits any launch with this max_ctx uses (sizes the workspace).
+int max_splits_for(int max_ctx)
 {
-	long long per = ((long long)max_ctx + MAX_SPLITS - 1) / MAX_SPLITS;
-	long long len = (per + SPLIT_UNIT - 1) / SPLIT_UNIT * SPLIT_UNIT;
-	return len < SPLIT_UNIT ? SPLIT_UNIT : (int)len;
+	const long long units = ((long long)max_ctx + MIN_SPLIT - 1) / MIN_SPLIT;
+	return units < MAX_SPLITS ? (int)units : MAX_SPLITS;
 }
 
-int n_splits_for(int max_ctx)
+// Splits of a launch: enough CTAs for the device, at most max_splits_for.
+int n_splits_for(int n_rows, int head_ctas, int max_ctx)
 {
-	int len = split_len_for(max_ctx);
-	return (int)(((long long)max_ctx + len - 1) / len);
+	const long long ctas = (long long)n_rows * head_ctas;
+	const long long want = (DEC_TARGET_CTAS + ctas - 1) / ctas;
+	const int cap = max_splits_for(max_ctx);
+	return want < 1 ? 1 : want > cap ? cap : (int)want;
 }
 
 // ---- device helpers ---------------------------------------------------------------
@@ -72,6 +78,14 @@ __device__ __forceinline__ int row_ctx(int pos, int limit)
 	if (pos < 0)
 		return 0;
 	return pos >= limit ? limit : pos + 1;
+}
+
+// Length of each of a row's n_splits splits for n_ctx positions (0 for an
+// empty context); the decode and merge kernels must agree on it.
+__device__ __forceinline__ int split_len_of(int n_ctx, int n_splits)
+{
+	const long long per = ((long long)n_ctx + n_splits - 1) / n_splits;
+	return (int)((per + SPLIT_ROUND - 1) / SPLIT_ROUND * SPLIT_ROUND);
 }
 
 // Element offset of position t of a sequence (its block table) for kv head kvh.
@@ -163,12 +177,13 @@ __global__ void __launch_bounds__(DEC_THREADS)
 	const int ng = min(DEC_HEADS, g.group - hbeg);
 	const int split = blockIdx.z;
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
-	const long long t_begin_ll = (long long)split * g.split_len;
+	const int split_len = split_len_of(n_ctx, g.n_splits);
+	const long long t_begin_ll = (long long)split * split_len;
 	// splits past the context: the merge never reads them
 	if (g.n_splits > 1 && t_begin_ll >= n_ctx)
 		return;
 	const int t_begin = (int)min(t_begin_ll, (long long)n_ctx);
-	const int t_end = (int)min((long long)n_ctx, t_begin_ll + g.split_len);
+	const int t_end = (int)min((long long)n_ctx, t_begin_ll + split_len);
 
 	const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 	const int sub = lane / LPR, li = lane % LPR, sg = tid / LPR;
@@ -209,18 +224,9 @@ __global__ void __launch_bounds__(DEC_THREADS)
 			zero8(v);
 		}
 	};
-	float kn[8], vn[8]; // the next position's K/V, loaded one step ahead
-	load_kv(t_begin + warp * RPW + sub, kn, vn);
-	// t0 is warp-uniform, so every lane of a warp runs the same iterations
-	// and the full-mask shuffles below always see 32 active lanes.
-	for (int t0 = t_begin + warp * RPW; t0 < t_end; t0 += STEP) {
-		const int t = t0 + sub;
+	// one position of the subgroup: the running softmax of every head
+	auto visit = [&](int t, const float k[8], const float v[8]) {
 		const bool valid = t < t_end;
-		float k[8], v[8];
-#pragma unroll
-		for (int i = 0; i < 8; i++)
-			k[i] = kn[i], v[i] = vn[i];
-		load_kv(t + STEP, kn, vn);
 #pragma unroll
 		for (int h = 0; h < DEC_HEADS; h++) {
 			if (h >= ng) // uniform over the CTA
@@ -250,6 +256,25 @@ __global__ void __launch_bounds__(DEC_THREADS)
 				acc[h][i] = fmaf(p, v[i], acc[h][i] * alpha);
 			m[h] = m_new;
 		}
+	};
+	// Two steps per iteration, the next two loaded before either is used:
+	// two K/V loads in flight per lane while the current pair is scored.
+	float ka[8], va[8], kb[8], vb[8];
+	load_kv(t_begin + warp * RPW + sub, ka, va);
+	load_kv(t_begin + warp * RPW + sub + STEP, kb, vb);
+	// t0 is warp-uniform, so every lane of a warp runs the same iterations
+	// and the full-mask shuffles in visit always see 32 active lanes.
+	for (int t0 = t_begin + warp * RPW; t0 < t_end; t0 += 2 * STEP) {
+		float k0[8], v0[8], k1[8], v1[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			k0[i] = ka[i], v0[i] = va[i];
+			k1[i] = kb[i], v1[i] = vb[i];
+		}
+		load_kv(t0 + sub + 2 * STEP, ka, va);
+		load_kv(t0 + sub + 3 * STEP, kb, vb);
+		visit(t0 + sub, k0, v0);
+		visit(t0 + sub + STEP, k1, v1);
 	}
 
 #pragma unroll
@@ -302,7 +327,8 @@ __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 {
 	const int r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
-	const int n_used = min(g.n_splits, (int)(((long long)n_ctx + g.split_len - 1) / g.split_len));
+	const int len = split_len_of(n_ctx, g.n_splits);
+	const int n_used = len > 0 ? min(g.n_splits, (n_ctx + len - 1) / len) : 0;
 	const size_t hrow = (size_t)r * a.n_heads + h;
 	const size_t n_part = (size_t)a.n_rows * a.n_heads * g.n_splits;
 	const float *ws = (const float *)a.workspace;
@@ -585,7 +611,6 @@ int check_common(const k_attn_args *a, attn_geo *g, bool *empty)
 	g->k_mul = fp8 ? a->scale * a->k_scale : a->scale;
 	g->v_mul = fp8 ? a->v_scale : 1.0f;
 	g->n_splits = 1;
-	g->split_len = 0;
 	g->rows_per_tile = 1;
 	return 0;
 }
@@ -662,11 +687,10 @@ extern "C" size_t k_attn_workspace_bytes(int max_rows, int n_heads, int head_dim
 {
 	if (max_rows <= 0 || n_heads <= 0 || head_dim <= 0 || max_ctx <= 0)
 		return 0;
-	// min(MAX_SPLITS, ceil(max_ctx / SPLIT_UNIT)) bounds n_splits_for(max_ctx)
-	// and grows with max_ctx, so a workspace sized for a larger max_ctx or
-	// more rows serves every smaller launch.
-	const long long units = ((long long)max_ctx + SPLIT_UNIT - 1) / SPLIT_UNIT;
-	const size_t splits = (size_t)(units < MAX_SPLITS ? units : MAX_SPLITS);
+	// max_splits_for(max_ctx) bounds n_splits_for(any rows, max_ctx) and
+	// grows with max_ctx, so a workspace sized for a larger max_ctx or more
+	// rows serves every smaller launch.
+	const size_t splits = (size_t)max_splits_for(max_ctx);
 	if (splits <= 1)
 		return 0; // one split writes the output directly
 	return (size_t)max_rows * (size_t)n_heads * splits * ((size_t)head_dim + 2) * sizeof(float);
@@ -685,8 +709,7 @@ extern "C" int k_attn_decode(void *stream, const struct k_attn_args *a)
 	g.n_hchunks = (g.group + DEC_HEADS - 1) / DEC_HEADS;
 	if ((long long)a->n_kv_heads * g.n_hchunks > 65535)
 		return ERR_INVAL;
-	g.split_len = split_len_for(a->max_ctx);
-	g.n_splits = n_splits_for(a->max_ctx);
+	g.n_splits = n_splits_for(a->n_rows, a->n_kv_heads * g.n_hchunks, a->max_ctx);
 	if (a->max_ctx < g.ctx_limit)
 		g.ctx_limit = a->max_ctx;
 	if (g.n_splits > 1) {

@@ -3,7 +3,7 @@
  * Two kernels behind one argument struct:
  *   k_attn_decode: flash-decoding. Each row attends independently (any
  *     number of rows per sequence works, but it is built for one). The
- *     context is cut into splits of split_len positions; one CTA per
+ *     context is cut into splits (see "Decode splits"); one CTA per
  *     (row, kv head, split) reads each K/V block once for the whole GQA group
  *     of query heads, keeps a running max/sum in F32, writes partial
  *     (max, sum, acc) to the workspace; a second kernel merges the splits.
@@ -35,10 +35,14 @@
  * synchronization; kernels in kernels/cuda/k_attn.cu (SIMT, F32 math);
  * tests: tests/kernels/test_cuda_attn.c.
  *
- * Decode splits: at most 32, of a multiple of 256 positions, chosen from
- * max_ctx alone. Positions at or past max_ctx (or past the block table,
+ * Decode splits: n_splits (at most 32, at most max_ctx / 16) is chosen from
+ * n_rows, the heads and max_ctx so that the grid fills the device; each row's
+ * own context is cut into n_splits equal splits (rounded up to 16 positions)
+ * inside the kernels, so a short context on a long-max_ctx graph still spreads
+ * over many CTAs. Positions at or past max_ctx (or past the block table,
  * max_blocks_per_seq * block_size) are not attended: max_ctx must bound every
- * positions[r] + 1. The workspace is needed only when max_ctx > 256.
+ * positions[r] + 1. The workspace is needed only when max_ctx > 16
+ * (k_attn_workspace_bytes: 0 when one split always suffices).
  * Prefill reads seq_start, positions and max_rows_per_seq (not row_seq or
  * max_ctx); decode reads row_seq, positions and max_ctx (not seq_start).
  */

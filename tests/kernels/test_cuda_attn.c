@@ -45,13 +45,14 @@ struct tcase {
 };
 
 /* Decode batches (one row per sequence: contexts 1, 15, 16, 17, 255, 1000,
- * 4097, a single split and max_ctx far above the contexts), then prefill
+ * 4097, a single split (max_ctx 16: every context in one CTA) and max_ctx far
+ * above the contexts; otherwise few rows give 32 splits), then prefill
  * batches (chunks of 1, 7, 64, 200 rows from position 0 or deep into the
  * context, mixed with one-row sequences). GQA 1, 3, 4, 8, 64; every head_dim,
  * block size, KV dtype and output dtype appears. */
 static const struct tcase cases[] = {
-	{"dec mha hd64 bs16 f16->f32 one split", 8, 8, 64, 16, DT_F16, DT_F32, 0, 5,
-	 {{1, 0}, {1, 14}, {1, 15}, {1, 16}, {1, 254}}},
+	{"dec mha hd64 bs16 f16->f32 one split (max_ctx 16)", 8, 8, 64, 16, DT_F16, DT_F32, 0, 5,
+	 {{1, 0}, {1, 7}, {1, 14}, {1, 15}, {1, 11}}},
 	{"dec mha hd64 bs16 f16->f32", 8, 8, 64, 16, DT_F16, DT_F32, 0, 6,
 	 {{1, 0}, {1, 14}, {1, 15}, {1, 16}, {1, 254}, {1, 999}}},
 	{"dec gqa4 hd128 bs32 bf16->bf16", 32, 8, 128, 32, DT_BF16, DT_BF16, 0, 5,
@@ -195,10 +196,12 @@ static void test_errors(void)
 
 	/* workspace: none for one split, enough for the splits, never shrinking
 	 * as max_ctx or the rows grow (a buffer sized once serves smaller launches) */
-	if (k_attn_workspace_bytes(4, 8, 64, 256) != 0)
-		kc_fail("workspace for max_ctx 256 should be 0 (one split)");
-	if (k_attn_workspace_bytes(4, 32, 128, 4097) < (size_t)4 * 32 * 17 * 128 * 4)
-		kc_fail("workspace for 17 splits too small");
+	if (k_attn_workspace_bytes(4, 8, 64, 16) != 0)
+		kc_fail("workspace for max_ctx 16 should be 0 (one split)");
+	if (k_attn_workspace_bytes(4, 8, 64, 17) < (size_t)4 * 8 * 2 * 66 * 4)
+		kc_fail("workspace for 2 splits too small");
+	if (k_attn_workspace_bytes(4, 32, 128, 4097) < (size_t)4 * 32 * 32 * 130 * 4)
+		kc_fail("workspace for 32 splits too small");
 	if (k_attn_workspace_bytes(0, 8, 64, 4096) != 0 || k_attn_workspace_bytes(4, 8, 64, 0) != 0)
 		kc_fail("workspace for nothing should be 0");
 	size_t prev = 0;

@@ -594,6 +594,11 @@ struct lt_gemm {
 	const void *d_w;
 	void *ws;
 	size_t ws_bytes;
+	// FP8 with the scales in cuBLASLt (lt_fp8_scaled): A = W scales (one or
+	// n, outer vector), B = X scales (t, outer vector), beta 1 to accumulate
+	const float *a_scale, *b_scale;
+	bool a_vec, scaled;
+	float beta;
 };
 
 // acc[tc, n] = Xq[tc, k] · Wq[n, k]^T, unit scales, acc F32 or INT32.
@@ -617,6 +622,28 @@ static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_
 		rc = lt_check(
 		    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
 		    "set TRANSB");
+	if (!rc && g->scaled) {
+		const int32_t am = g->a_vec ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+		                            : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+		const int32_t bm = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+		rc = lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+		                                             &am, sizeof am),
+		              "set A_SCALE_MODE");
+		if (!rc)
+			rc = lt_check(cublasLtMatmulDescSetAttribute(
+			                  op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm),
+			              "set B_SCALE_MODE");
+		if (!rc)
+			rc = lt_check(cublasLtMatmulDescSetAttribute(
+			                  op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->a_scale,
+			                  sizeof g->a_scale),
+			              "set A_SCALE_POINTER");
+		if (!rc)
+			rc = lt_check(cublasLtMatmulDescSetAttribute(
+			                  op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->b_scale,
+			                  sizeof g->b_scale),
+			              "set B_SCALE_POINTER");
+	}
 	// Column-major view (as k_gemm): W[n, k] row-major is k x n (ld k), taken
 	// transposed; Xq[tc, k] is k x tc (ld k); acc[tc, n] is n x tc (ld n).
 	// This is the "TN" layout FP8 kernels require.
@@ -644,7 +671,7 @@ static int lt_matmul(const struct lt_gemm *g, const void *d_xq, int tc, void *d_
 		rc = ERR_UNSUPPORTED;
 	}
 	if (!rc) {
-		const float af = 1.0f, bf = 0.0f;
+		const float af = 1.0f, bf = g->scaled ? g->beta : 0.0f;
 		const int32_t ai = 1, bi = 0;
 		const void *alpha = g->is_int ? (const void *)&ai : (const void *)&af;
 		const void *beta = g->is_int ? (const void *)&bi : (const void *)&bf;
@@ -711,6 +738,39 @@ static int w8a8_padded(struct lt_gemm *g, size_t ws_total, const void *d_xq, con
 	return rc;
 }
 
+// FP8 with per-channel (or per-tensor) weight scales and per-token X scales
+// applied by cuBLASLt itself (outer-vector scale modes, cuBLASLt 12.9+), the
+// accumulate as beta = 1 on C = Y: one pass over Y instead of the GEMM's F32
+// write plus an epilogue that reads and writes it again. Where this cuBLASLt
+// or device refuses the combination (status NOT_SUPPORTED / INVALID_VALUE, no
+// algorithm), ERR_UNSUPPORTED, remembered for the process; the caller then
+// takes the epilogue path. The products are scaled as acc * ws[n] * xs[t]
+// (cuBLASLt's order), not the CPU's acc * (ws * xs): an FP8-tolerance
+// difference, which the tests allow for FP8.
+static int lt_fp8_scaled(struct lt_gemm *g, size_t ws_total, const void *d_xq,
+                         const float *d_x_scale, const float *d_w_scale, int n_w_scales, int t,
+                         float *d_y, int accumulate)
+{
+	static std::atomic<int> refused{0}; // 1: refused once, never ask again
+	if (refused.load(std::memory_order_relaxed))
+		return ERR_UNSUPPORTED;
+	g->scaled = true;
+	g->a_scale = d_w_scale;
+	g->a_vec = n_w_scales != 1;
+	g->b_scale = d_x_scale;
+	g->beta = accumulate ? 1.0f : 0.0f;
+	g->ws_bytes = ws_total;
+	int rc = lt_matmul(g, d_xq, t, d_y);
+	if (rc == ERR_UNSUPPORTED || rc == ERR_DEVICE) {
+		// cuBLASLt checks the configuration before it launches anything, so
+		// a refusal here left no work behind: fall back, and stop asking
+		refused.store(1, std::memory_order_relaxed);
+		(void)cudaGetLastError();
+		return ERR_UNSUPPORTED;
+	}
+	return rc;
+}
+
 extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
                            const float *d_w_scale, int n_w_scales, int n, int k, const void *d_xq,
                            const float *d_x_scale, int t, float *d_y, int accumulate)
@@ -744,6 +804,16 @@ extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 	if (!g.lt || !g.ws)
 		return ERR_INVAL;
 
+	g.a_scale = g.b_scale = NULL;
+	g.a_vec = g.scaled = false;
+	g.beta = 0.0f;
+	if (!g.is_int && t >= W8A8_MIN_ROWS) {
+		int rc = lt_fp8_scaled(&g, ws_total, d_xq, d_x_scale, d_w_scale, n_w_scales, t, d_y,
+		                       accumulate);
+		if (rc != ERR_UNSUPPORTED)
+			return rc;
+		g.scaled = false; // this cuBLASLt / device: the epilogue path below
+	}
 	if (t < W8A8_MIN_ROWS)
 		return w8a8_padded(&g, ws_total, d_xq, d_x_scale, d_w_scale, n_w_scales, t, d_y,
 		                   accumulate);

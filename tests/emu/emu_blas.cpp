@@ -35,6 +35,8 @@ struct lt_desc {
 	cublasComputeType_t compute;
 	cudaDataType_t scale;
 	cublasOperation_t ta, tb;
+	int32_t a_mode, b_mode;		  // CUBLASLT_MATMUL_MATRIX_SCALE_*: scalar or outer vector
+	const float *a_scale, *b_scale;	  // device pointers, NULL = 1
 };
 struct lt_layout {
 	cudaDataType_t type;
@@ -130,6 +132,8 @@ struct gemm {
 	operand a, b, c, d;
 	float alpha, beta;
 	int32_t ialpha, ibeta;
+	const float *sa, *sb; // per-row of op(A) / per-column of op(B) (or one value)
+	bool sa_vec, sb_vec;
 
 	void run() const
 	{
@@ -177,6 +181,10 @@ struct gemm {
 					const float *x = &ar[(size_t)i * k], *y = &bc[(size_t)j * k];
 					for (int64_t p = 0; p < k; p++)
 						s += x[p] * y[p];
+					if (sa)
+						s = s * sa[sa_vec ? i : 0];
+					if (sb)
+						s = s * sb[sb_vec ? j : 0];
 					float r = alpha * s;
 					if (beta != 0.0f)
 						r += beta * (float)load(c.p, c.t, ci);
@@ -324,7 +332,9 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	if (scale != (compute == CUBLAS_COMPUTE_32I ? CUDA_R_32I : CUDA_R_32F))
 		return CUBLAS_STATUS_NOT_SUPPORTED;
-	*d = (cublasLtMatmulDesc_t) new lt_desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N};
+	*d = (cublasLtMatmulDesc_t) new lt_desc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N,
+						 CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+						 CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, NULL, NULL};
 	return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -347,6 +357,27 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
 		if (op != CUBLAS_OP_N && op != CUBLAS_OP_T)
 			return CUBLAS_STATUS_NOT_SUPPORTED;
 		(attr == CUBLASLT_MATMUL_DESC_TRANSA ? x->ta : x->tb) = op;
+		return CUBLAS_STATUS_SUCCESS;
+	}
+	// FP8 scaling (k_quant.cu's lt_fp8_scaled): scalar or outer-vector F32
+	if (attr == CUBLASLT_MATMUL_DESC_A_SCALE_MODE || attr == CUBLASLT_MATMUL_DESC_B_SCALE_MODE) {
+		int32_t m;
+		if (bytes != sizeof m)
+			return CUBLAS_STATUS_INVALID_VALUE;
+		memcpy(&m, buf, sizeof m);
+		if (m != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F &&
+		    m != CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F)
+			return CUBLAS_STATUS_NOT_SUPPORTED;
+		(attr == CUBLASLT_MATMUL_DESC_A_SCALE_MODE ? x->a_mode : x->b_mode) = m;
+		return CUBLAS_STATUS_SUCCESS;
+	}
+	if (attr == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER ||
+	    attr == CUBLASLT_MATMUL_DESC_B_SCALE_POINTER) {
+		const float *p;
+		if (bytes != sizeof p)
+			return CUBLAS_STATUS_INVALID_VALUE;
+		memcpy(&p, buf, sizeof p);
+		(attr == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER ? x->a_scale : x->b_scale) = p;
 		return CUBLAS_STATUS_SUCCESS;
 	}
 	return CUBLAS_STATUS_NOT_SUPPORTED; // not implemented by the stand-in
@@ -498,6 +529,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
 	}
 	if (!g.m || !g.n)
 		return CUBLAS_STATUS_SUCCESS;
+	if ((d->a_scale || d->b_scale) && (g.integer || a->type != CUDA_R_8F_E4M3))
+		return CUBLAS_STATUS_NOT_SUPPORTED; // scale modes: FP8 only here
+	g.sa = d->a_scale;
+	g.sb = d->b_scale;
+	g.sa_vec = d->a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+	g.sb_vec = d->b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+	if (g.sa && !emu_is_device(g.sa, (size_t)(g.sa_vec ? g.m : 1) * sizeof(float)))
+		return CUBLAS_STATUS_INVALID_VALUE;
+	if (g.sb && !emu_is_device(g.sb, (size_t)(g.sb_vec ? g.n : 1) * sizeof(float)))
+		return CUBLAS_STATUS_INVALID_VALUE;
 	if (g.k) {
 		check_dev("A", g.a);
 		check_dev("B", g.b);

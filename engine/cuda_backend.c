@@ -57,7 +57,14 @@
 #define LOGIT_ROWS 256	/* logits rows per LM-head pass */
 #define GRAPH_MAX 256	/* largest decode batch captured in a graph */
 #define N_GRAPH_SIZES 9 /* 1, 2, 4, ..., 256 */
-#define W8_GEMV_MAX_T 16 /* 8-bit weights: weight-only GEMV up to this many rows */
+/* 8-bit weights: weight-only GEMV up to this many rows, then W8A8 (INT8/FP8)
+ * or the dequantizing GEMM (Q8_0). H200, Llama-3-8B projections
+ * (bench_cuda_quant, 2026-11-30): the INT8/FP8 GEMV at 4 rows runs at
+ * 0.87-1.07x the BF16 GEMM's speed, W8A8 at 0.68-1.15x; at 8 rows 0.51-0.59x
+ * against 0.66-1.12x. Q8_0 has no W8A8 path here and dequantizing every step
+ * costs more than its GEMV up to 16 rows. */
+#define W8_GEMV_MAX_T 4
+#define Q8_GEMV_MAX_T 16
 
 /* A projection on the device: W [n, k] row-major in dt; 8-bit types carry
  * one F32 scale per output row (per-tensor scales are expanded at upload). */
@@ -572,7 +579,7 @@ static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, 
 	if (w->dt == DT_F16 || w->dt == DT_BF16)
 		return k_gemm(cb->blas, w->d, w->dt, w->n, w->k, x, t, y, accumulate);
 	if (w->dt == DT_Q8_0)
-		return t <= W8_GEMV_MAX_T ? k_gemv_q8_0r(cb->stream, w->d, w->d_q8d, w->n, w->k, x,
+		return t <= Q8_GEMV_MAX_T ? k_gemv_q8_0r(cb->stream, w->d, w->d_q8d, w->n, w->k, x,
 							 cb->gdt, t, y, accumulate)
 					  : dequant_gemm(cb, w, x, t, y, accumulate);
 	if (t <= W8_GEMV_MAX_T)

@@ -106,6 +106,16 @@ template <int WK> __device__ __forceinline__ void gv_w4(const uint32_t w[4], int
 
 // ---- the kernel -------------------------------------------------------------------
 
+// Row of token tt of the group at xg. Tokens past the group's last (tt >=
+// tn, when t is not a multiple of TG) read the last token's row instead:
+// their sums are computed and dropped, which costs less than a branch that
+// would keep the loads of the other tokens from being issued together.
+__device__ __forceinline__ const unsigned short *x_tok(const unsigned short *xg, int tt, int tn,
+                                                       int k)
+{
+	return xg + (size_t)min(tt, tn - 1) * k;
+}
+
 template <int WK, int TG, int R, bool XBF>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS)
     gemv_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
@@ -116,6 +126,8 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 	constexpr int VPC = gw_vpc(WK);
 	constexpr int NQ = VPC / 4; // groups of 4 values per chunk
 	constexpr int U = gw_unroll(R);
+	// X of the whole step preloaded with W when it takes <= 32 registers.
+	constexpr bool XPRE = TG * U * NQ <= 16;
 	__shared__ float red[GEMV_MAX_WARPS][R * TG];
 
 	const int nt = (int)blockDim.x, tid = (int)threadIdx.x;
@@ -136,9 +148,11 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 
 	for (int c0 = 0; c0 < nck; c0 += U * nt) {
 		// Every load of the step first: R * U chunks (zero where past the
-		// row's end or past n) and, for Q8_0, their block scales.
+		// row's end or past n), for Q8_0 their block scales, and when it
+		// fits in registers X too (XPRE).
 		uint32_t wv[R][U][4];
 		float wd[R][U];
+		uint2 xr[XPRE ? U : 1][XPRE ? NQ : 1][XPRE ? TG : 1];
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			const int row = row0 + r;
@@ -160,6 +174,20 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 					    __ldg(qd + (size_t)row * (k / 32) + c / 2)));
 			}
 		}
+		if (XPRE) {
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int c = c0 + u * nt + tid;
+#pragma unroll
+				for (int q = 0; q < NQ; q++)
+#pragma unroll
+					for (int tt = 0; tt < TG; tt++)
+						xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0] =
+						    c < nck ? __ldg((const uint2 *)(x_tok(xg, tt, tn, k) +
+						                                    (size_t)c * VPC + q * 4))
+						            : make_uint2(0u, 0u);
+			}
+		}
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const int c = c0 + u * nt + tid;
@@ -177,14 +205,17 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 							wf[r][e] *= wd[r][u];
 					}
 				}
+				// 4 values of X per token: 8 bytes, aligned (k % 8 == 0,
+				// d_x 8-aligned); all TG loads before their use.
+				uint2 xq[TG];
+#pragma unroll
+				for (int tt = 0; tt < TG; tt++)
+					xq[tt] = XPRE ? xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0]
+					              : __ldg((const uint2 *)(x_tok(xg, tt, tn, k) +
+					                                      (size_t)c * VPC + q * 4));
 #pragma unroll
 				for (int tt = 0; tt < TG; tt++) {
-					if (tt >= tn)
-						break;
-					// 4 values of X: 8 bytes, aligned (k % 8 == 0, d_x 8-aligned).
-					const uint2 xr = __ldg(
-					    (const uint2 *)(xg + (size_t)tt * k + (size_t)c * VPC + q * 4));
-					const float2 xa = gv_h2<XBF>(xr.x), xb = gv_h2<XBF>(xr.y);
+					const float2 xa = gv_h2<XBF>(xq[tt].x), xb = gv_h2<XBF>(xq[tt].y);
 #pragma unroll
 					for (int r = 0; r < R; r++) {
 						float a = acc[r][tt];

@@ -10,12 +10,15 @@
 // chunks i, i + nt, i + 2 nt, ... A step issues every load of the thread,
 // U chunks of each of the R rows (R * U = 8 loads of 16 bytes, plus the
 // Q8_0 block scales), before it uses any of them: one memory round trip per
-// step, and for the Llama shapes one or two steps per CTA. X is read
-// straight from global memory (8-byte loads; it is small and every CTA
-// reads the same X, so it is served by L1/L2) — no shared-memory staging, no
-// barrier before the weight loads. Partial sums are reduced by warp
-// shuffles, then across warps in shared memory (one barrier at the end), in
-// a fixed order: results do not depend on timing.
+// step (one to four steps per CTA at the Llama shapes). X is read straight
+// from global memory in 8-byte loads (it is small and every CTA reads the
+// same X: L1/L2 serve it), issued with the weight loads when they fit in
+// registers (T <= 2), else all TG tokens' loads of 4 values together — no
+// shared-memory staging, no barrier before the weight loads. Partial sums
+// are reduced by warp shuffles, then across warps in shared memory (one
+// barrier at the end), in a fixed order: results do not depend on timing.
+// FP32 FMA throughput bounds it from about 4 tokens (8-bit W) or 8 (16-bit
+// W) on: above that a tensor-core GEMM is the better tool.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -120,8 +123,7 @@ template <int WK, int TG, int R, bool XBF>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS)
     gemv_kernel(const uint8_t *__restrict__ w, const float *__restrict__ scale, int n_scales,
                 const unsigned short *__restrict__ qd, int n, int k,
-                const unsigned short *__restrict__ x, int t, float *__restrict__ y,
-                int accumulate)
+                const unsigned short *__restrict__ x, int t, float *__restrict__ y, int accumulate)
 {
 	constexpr int VPC = gw_vpc(WK);
 	constexpr int NQ = VPC / 4; // groups of 4 values per chunk
@@ -183,9 +185,12 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 #pragma unroll
 					for (int tt = 0; tt < TG; tt++)
 						xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0] =
-						    c < nck ? __ldg((const uint2 *)(x_tok(xg, tt, tn, k) +
-						                                    (size_t)c * VPC + q * 4))
-						            : make_uint2(0u, 0u);
+						    c < nck
+						        ? __ldg(
+						              (const uint2 *)(x_tok(xg, tt, tn, k) +
+						                              (size_t)c * VPC +
+						                              q * 4))
+						        : make_uint2(0u, 0u);
 			}
 		}
 #pragma unroll
@@ -210,12 +215,14 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 				uint2 xq[TG];
 #pragma unroll
 				for (int tt = 0; tt < TG; tt++)
-					xq[tt] = XPRE ? xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0]
-					              : __ldg((const uint2 *)(x_tok(xg, tt, tn, k) +
-					                                      (size_t)c * VPC + q * 4));
+					xq[tt] =
+					    XPRE ? xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0]
+					         : __ldg((const uint2 *)(x_tok(xg, tt, tn, k) +
+					                                 (size_t)c * VPC + q * 4));
 #pragma unroll
 				for (int tt = 0; tt < TG; tt++) {
-					const float2 xa = gv_h2<XBF>(xq[tt].x), xb = gv_h2<XBF>(xq[tt].y);
+					const float2 xa = gv_h2<XBF>(xq[tt].x),
+					             xb = gv_h2<XBF>(xq[tt].y);
 #pragma unroll
 					for (int r = 0; r < R; r++) {
 						float a = acc[r][tt];
@@ -276,16 +283,17 @@ template <int WK, int TG, int R, bool XBF> static int gemv_launch(const struct g
 {
 	constexpr int U = gw_unroll(R);
 	const int nck = a->k / gw_vpc(WK);
-	// Warps so that one step covers the row (up to GEMV_MAX_WARPS: then
-	// more steps); at least one warp.
-	int warps = (nck + 32 * U - 1) / (32 * U);
-	if (warps > GEMV_MAX_WARPS)
-		warps = GEMV_MAX_WARPS;
+	// As few steps as GEMV_MAX_WARPS allow, then as few warps as cover the
+	// row in that many steps (steps equally full: K = 14336 in 16-bit is
+	// four steps of 7 warps, not three and a half of 8).
+	const int wstep = 32 * U; // chunks a warp covers per step
+	const int steps = (nck + wstep * GEMV_MAX_WARPS - 1) / (wstep * GEMV_MAX_WARPS);
+	const int warps = (nck + steps * wstep - 1) / (steps * wstep);
 	const unsigned gx = (unsigned)((a->n + R - 1) / R);
 	const unsigned gy = (unsigned)((a->t + TG - 1) / TG);
 	gemv_kernel<WK, TG, R, XBF><<<dim3(gx, gy), (unsigned)(32 * warps), 0, a->st>>>(
-	    (const uint8_t *)a->w, a->scale, a->n_scales, (const unsigned short *)a->qd, a->n,
-	    a->k, (const unsigned short *)a->x, a->t, a->y, a->accumulate);
+	    (const uint8_t *)a->w, a->scale, a->n_scales, (const unsigned short *)a->qd, a->n, a->k,
+	    (const unsigned short *)a->x, a->t, a->y, a->accumulate);
 	return kcu_launched("k_gemv");
 }
 

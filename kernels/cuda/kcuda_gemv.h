@@ -40,15 +40,15 @@ extern "C" {
  * failed launch. Ignored: d_scale and n_scales for 16-bit and Q8_0 weights,
  * d_q8_d for the others. */
 int k_gemv(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale, int n_scales,
-	   const void *d_q8_d, int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
-	   int accumulate);
+           const void *d_q8_d, int n, int k, const void *d_x, enum dtype x_dt, int t, float *d_y,
+           int accumulate);
 
 /* k_gemv with the rows per CTA chosen by the caller (2, 4 or 8; 0 = k_gemv's
  * own choice): for the benchmark, which times each to tune that choice.
  * Same results up to summation order; ERR_INVAL for another value. */
-int k_gemv_rows(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale,
-		int n_scales, const void *d_q8_d, int n, int k, const void *d_x, enum dtype x_dt,
-		int t, float *d_y, int accumulate, int rows_per_cta);
+int k_gemv_rows(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale, int n_scales,
+                const void *d_q8_d, int n, int k, const void *d_x, enum dtype x_dt, int t,
+                float *d_y, int accumulate, int rows_per_cta);
 
 #ifdef __cplusplus
 }

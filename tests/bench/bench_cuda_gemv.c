@@ -38,8 +38,8 @@ struct shape {
 	int n, k;
 };
 static const struct shape shapes[] = {
-    {"qkv", 6144, 4096},      {"o", 4096, 4096},       {"gate_up", 28672, 4096},
-    {"down", 4096, 14336},    {"lm_head", 128256, 4096},
+    {"qkv", 6144, 4096},   {"o", 4096, 4096},         {"gate_up", 28672, 4096},
+    {"down", 4096, 14336}, {"lm_head", 128256, 4096},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 static const int ts[] = {1, 2, 4, 8, 16};
@@ -215,8 +215,8 @@ static int bench_shape(struct bench *b, int s)
 				if (im == IM_W8 && wk == WK_BF16)
 					continue;
 				double us = 0;
-				const int r2 = time_it(b, &o, (enum wkind)wk, (enum impl)im, t, NULL,
-				                       NULL, &us);
+				const int r2 = time_it(b, &o, (enum wkind)wk, (enum impl)im, t,
+				                       NULL, NULL, &us);
 				const char *key = im_name[im];
 				if (r2) { /* report it, go on with the rest */
 					printf("gemv.%s.t%d.%s.%s_error=%d (%s)\n", shapes[s].name,
@@ -225,8 +225,8 @@ static int bench_shape(struct bench *b, int s)
 				}
 				b->us[s][wk][ti][im] = us;
 				const double gbs = bytes / us / 1e3;
-				printf("gemv.%s.t%d.%s.%s_us=%.2f\n", shapes[s].name, t, wk_name[wk],
-				       key, us);
+				printf("gemv.%s.t%d.%s.%s_us=%.2f\n", shapes[s].name, t,
+				       wk_name[wk], key, us);
 				printf("gemv.%s.t%d.%s.%s_gbs=%.0f\n", shapes[s].name, t,
 				       wk_name[wk], key, gbs);
 				printf("gemv.%s.t%d.%s.%s_frac_d2d=%.3f\n", shapes[s].name, t,
@@ -275,8 +275,8 @@ static void print_table(const struct bench *b)
 {
 	printf("\nk_gemv, X BF16, L2 flushed, median of %d; D2D copy %.0f GB/s\n", b->reps,
 	       b->d2d_gbs);
-	printf("%-8s %-8s %8s %6s %6s | cuBLAS-BF16 / k_gemv at T =", "shape", "weights",
-	       "T1 us", "%D2D", "w8/gv");
+	printf("%-8s %-8s %8s %6s %6s | cuBLAS-BF16 / k_gemv at T =", "shape", "weights", "T1 us",
+	       "%D2D", "w8/gv");
 	for (int ti = 0; ti < N_TS; ti++)
 		printf(" %5d", ts[ti]);
 	printf("\n");
@@ -284,10 +284,10 @@ static void print_table(const struct bench *b)
 		for (int wk = 0; wk < WK__COUNT; wk++) {
 			const double us = b->us[s][wk][0][IM_GEMV];
 			const double w8 = b->us[s][wk][0][IM_W8];
-			const double gbs = us > 0 ? weight_bytes((enum wkind)wk, shapes[s].n,
-			                                         shapes[s].k) /
-			                                us / 1e3
-			                          : 0;
+			const double gbs =
+			    us > 0
+			        ? weight_bytes((enum wkind)wk, shapes[s].n, shapes[s].k) / us / 1e3
+			        : 0;
 			printf("%-8s %-8s %8.2f %5.0f%% %6.2f | %27s", shapes[s].name, wk_name[wk],
 			       us, 100.0 * gbs / b->d2d_gbs, us > 0 && w8 > 0 ? w8 / us : 0.0, "");
 			for (int ti = 0; ti < N_TS; ti++) {

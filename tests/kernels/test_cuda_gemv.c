@@ -47,7 +47,7 @@ enum wkind {
 	W_Q8R,
 	W__COUNT
 };
-static const char *const wkind_name[] = {"f16",       "bf16",      "i8/row",    "i8/tensor",
+static const char *const wkind_name[] = {"f16",        "bf16",   "i8/row",    "i8/tensor",
                                          "i8/noscale", "f8/row", "f8/tensor", "q8_0r"};
 
 static int granularity(enum wkind kind)
@@ -60,7 +60,7 @@ struct wmat {
 	struct kmat abs_m; /* |w|: for sum |w||x| in the tolerance */
 	void *data, *abs_data;
 	float *scale;
-	void *dev;      /* what k_gemv reads: W, or the Q8_0 codes [n, k] */
+	void *dev; /* what k_gemv reads: W, or the Q8_0 codes [n, k] */
 	size_t dev_bytes;
 	uint16_t *q8_d; /* Q8_0: F16 scales [n, k / 32] */
 	enum dtype w_dt;
@@ -287,7 +287,8 @@ static void test_gemv(struct kc_rng *r)
 	for (int kind = 0; kind < W__COUNT; kind++) {
 		const int g = granularity((enum wkind)kind);
 		/* (N, K): the minimum K, an odd multiple, and the Llama widths. */
-		const int shapes[][2] = {{1, g}, {5, 37 * g}, {1003, 1024}, {37, 4096}, {67, 14336}};
+		const int shapes[][2] = {
+		    {1, g}, {5, 37 * g}, {1003, 1024}, {37, 4096}, {67, 14336}};
 		for (int s = 0; s < 5; s++) {
 			for (int ti = 0; ti < n_t; ti++) {
 				const int t = ts[ti];
@@ -316,16 +317,16 @@ static void test_errors(void)
 	char *d = kc_dev_alloc(8192);
 	const float *s = (const float *)d;
 	float *y = (float *)d;
-	expect(k_gemv(NULL, d, DT_BF16, NULL, 0, NULL, 4, 12, d, DT_BF16, 1, y, 0),
-	       ERR_UNSUPPORTED, "16-bit W with K % 8 != 0");
+	expect(k_gemv(NULL, d, DT_BF16, NULL, 0, NULL, 4, 12, d, DT_BF16, 1, y, 0), ERR_UNSUPPORTED,
+	       "16-bit W with K % 8 != 0");
 	expect(k_gemv(NULL, d, DT_I8, s, 1, NULL, 4, 24, d, DT_F16, 1, y, 0), ERR_UNSUPPORTED,
 	       "I8 W with K % 16 != 0");
 	expect(k_gemv(NULL, d, DT_Q8_0, NULL, 0, d, 4, 48, d, DT_F16, 1, y, 0), ERR_UNSUPPORTED,
 	       "Q8_0 with K % 32 != 0");
 	expect(k_gemv(NULL, d, DT_Q8_0, NULL, 0, NULL, 4, 64, d, DT_F16, 1, y, 0), ERR_INVAL,
 	       "Q8_0 without scales");
-	expect(k_gemv(NULL, d, DT_Q8_0, NULL, 0, d + 1, 4, 64, d, DT_F16, 1, y, 0),
-	       ERR_UNSUPPORTED, "Q8_0 with odd scale pointer");
+	expect(k_gemv(NULL, d, DT_Q8_0, NULL, 0, d + 1, 4, 64, d, DT_F16, 1, y, 0), ERR_UNSUPPORTED,
+	       "Q8_0 with odd scale pointer");
 	expect(k_gemv(NULL, d, DT_I8, s, 3, NULL, 4, 32, d, DT_F16, 1, y, 0), ERR_INVAL,
 	       "3 scales for 4 rows");
 	expect(k_gemv(NULL, d, DT_F32, NULL, 0, NULL, 4, 32, d, DT_F16, 1, y, 0), ERR_UNSUPPORTED,

@@ -11,9 +11,9 @@
 // U chunks of each of the R rows (R * U = 8 loads of 16 bytes, plus the
 // Q8_0 block scales), before it uses any of them: one memory round trip per
 // step (one to four steps per CTA at the Llama shapes). X is read straight
-// from global memory in 8-byte loads (it is small and every CTA reads the
+// from global memory in 16-byte loads (it is small and every CTA reads the
 // same X: L1/L2 serve it), issued with the weight loads when they fit in
-// registers (T <= 2), else all TG tokens' loads of 4 values together — no
+// registers (T <= 2), else all TG tokens' loads of 8 values together — no
 // shared-memory staging, no barrier before the weight loads. Partial sums
 // are reduced by warp shuffles, then across warps in shared memory (one
 // barrier at the end), in a fixed order: results do not depend on timing.
@@ -109,14 +109,14 @@ template <int WK> __device__ __forceinline__ void gv_w4(const uint32_t w[4], int
 
 // ---- the kernel -------------------------------------------------------------------
 
-// Row of token tt of the group at xg. Tokens past the group's last (tt >=
+// Values 8 j .. 8 j + 7 of token tt of the group at xg: one 16-byte load
+// (k % 8 == 0 and d_x 16-byte aligned). Tokens past the group's last (tt >=
 // tn, when t is not a multiple of TG) read the last token's row instead:
 // their sums are computed and dropped, which costs less than a branch that
 // would keep the loads of the other tokens from being issued together.
-__device__ __forceinline__ const unsigned short *x_tok(const unsigned short *xg, int tt, int tn,
-                                                       int k)
+__device__ __forceinline__ uint4 x_load(const unsigned short *xg, int tt, int tn, int k, int j)
 {
-	return xg + (size_t)min(tt, tn - 1) * k;
+	return __ldg((const uint4 *)(xg + (size_t)min(tt, tn - 1) * k) + j);
 }
 
 template <int WK, int TG, int R, bool XBF>
@@ -126,10 +126,10 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
                 const unsigned short *__restrict__ x, int t, float *__restrict__ y, int accumulate)
 {
 	constexpr int VPC = gw_vpc(WK);
-	constexpr int NQ = VPC / 4; // groups of 4 values per chunk
+	constexpr int NH = VPC / 8; // 16-byte X loads per chunk and token
 	constexpr int U = gw_unroll(R);
 	// X of the whole step preloaded with W when it takes <= 32 registers.
-	constexpr bool XPRE = TG * U * NQ <= 16;
+	constexpr bool XPRE = TG * U * NH <= 8;
 	__shared__ float red[GEMV_MAX_WARPS][R * TG];
 
 	const int nt = (int)blockDim.x, tid = (int)threadIdx.x;
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 		// fits in registers X too (XPRE).
 		uint32_t wv[R][U][4];
 		float wd[R][U];
-		uint2 xr[XPRE ? U : 1][XPRE ? NQ : 1][XPRE ? TG : 1];
+		uint4 xr[XPRE ? U : 1][XPRE ? NH : 1][XPRE ? TG : 1];
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			const int row = row0 + r;
@@ -181,16 +181,12 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 			for (int u = 0; u < U; u++) {
 				const int c = c0 + u * nt + tid;
 #pragma unroll
-				for (int q = 0; q < NQ; q++)
+				for (int h = 0; h < NH; h++)
 #pragma unroll
 					for (int tt = 0; tt < TG; tt++)
-						xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0] =
-						    c < nck
-						        ? __ldg(
-						              (const uint2 *)(x_tok(xg, tt, tn, k) +
-						                              (size_t)c * VPC +
-						                              q * 4))
-						        : make_uint2(0u, 0u);
+						xr[XPRE ? u : 0][XPRE ? h : 0][XPRE ? tt : 0] =
+						    c < nck ? x_load(xg, tt, tn, k, c * NH + h)
+						            : make_uint4(0u, 0u, 0u, 0u);
 			}
 		}
 #pragma unroll
@@ -199,38 +195,42 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 			if (c >= nck) // c grows with u: nothing further for this thread
 				break;
 #pragma unroll
-			for (int q = 0; q < NQ; q++) {
-				float wf[R][4];
-#pragma unroll
-				for (int r = 0; r < R; r++) {
-					gv_w4<WK>(wv[r][u], q, wf[r]);
-					if (WK == GW_Q8R) { // code * F16 scale: exact in F32
-#pragma unroll
-						for (int e = 0; e < 4; e++)
-							wf[r][e] *= wd[r][u];
-					}
-				}
-				// 4 values of X per token: 8 bytes, aligned (k % 8 == 0,
-				// d_x 8-aligned); all TG loads before their use.
-				uint2 xq[TG];
+			for (int h = 0; h < NH; h++) {
+				// 8 values of X per token, all TG loads before their use.
+				uint4 xq[TG];
 #pragma unroll
 				for (int tt = 0; tt < TG; tt++)
-					xq[tt] =
-					    XPRE ? xr[XPRE ? u : 0][XPRE ? q : 0][XPRE ? tt : 0]
-					         : __ldg((const uint2 *)(x_tok(xg, tt, tn, k) +
-					                                 (size_t)c * VPC + q * 4));
+					xq[tt] = XPRE
+					             ? xr[XPRE ? u : 0][XPRE ? h : 0][XPRE ? tt : 0]
+					             : x_load(xg, tt, tn, k, c * NH + h);
 #pragma unroll
-				for (int tt = 0; tt < TG; tt++) {
-					const float2 xa = gv_h2<XBF>(xq[tt].x),
-					             xb = gv_h2<XBF>(xq[tt].y);
+				for (int q = 2 * h; q < 2 * h + 2; q++) {
+					float wf[R][4];
 #pragma unroll
 					for (int r = 0; r < R; r++) {
-						float a = acc[r][tt];
-						a = fmaf(wf[r][0], xa.x, a);
-						a = fmaf(wf[r][1], xa.y, a);
-						a = fmaf(wf[r][2], xb.x, a);
-						a = fmaf(wf[r][3], xb.y, a);
-						acc[r][tt] = a;
+						gv_w4<WK>(wv[r][u], q, wf[r]);
+						if (WK ==
+						    GW_Q8R) { // code * F16 scale: exact in F32
+#pragma unroll
+							for (int e = 0; e < 4; e++)
+								wf[r][e] *= wd[r][u];
+						}
+					}
+#pragma unroll
+					for (int tt = 0; tt < TG; tt++) {
+						const uint32_t x0 = (q & 1) ? xq[tt].z : xq[tt].x;
+						const uint32_t x1 = (q & 1) ? xq[tt].w : xq[tt].y;
+						const float2 xa = gv_h2<XBF>(x0),
+						             xb = gv_h2<XBF>(x1);
+#pragma unroll
+						for (int r = 0; r < R; r++) {
+							float a = acc[r][tt];
+							a = fmaf(wf[r][0], xa.x, a);
+							a = fmaf(wf[r][1], xa.y, a);
+							a = fmaf(wf[r][2], xb.x, a);
+							a = fmaf(wf[r][3], xb.y, a);
+							acc[r][tt] = a;
+						}
 					}
 				}
 			}
@@ -354,7 +354,7 @@ extern "C" int k_gemv_rows(void *stream, const void *d_w, enum dtype w_dt, const
 	const int gran = w_dt == DT_Q8_0 ? 32 : is8 ? 16 : 8;
 	if (!(w_dt == DT_F16 || w_dt == DT_BF16 || is8 || w_dt == DT_Q8_0))
 		return ERR_UNSUPPORTED;
-	if (k % gran || ((uintptr_t)d_w & 15) || ((uintptr_t)d_x & 7))
+	if (k % gran || ((uintptr_t)d_w & 15) || ((uintptr_t)d_x & 15))
 		return ERR_UNSUPPORTED;
 	if (w_dt == DT_Q8_0 && ((uintptr_t)d_q8_d & 1))
 		return ERR_UNSUPPORTED;

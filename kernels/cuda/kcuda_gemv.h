@@ -30,7 +30,7 @@ extern "C" {
  *   DT_Q8_0           the layout of k_q8_0_repack (kcuda_quant.h): d_w the
  *                     int8 codes [n, k], d_q8_d the F16 scales [n, k / 32]
  *                     (2-byte aligned); k a multiple of 32.
- * d_w 16-byte aligned, d_x 8-byte aligned. t of any size: each group of up
+ * d_w 16-byte aligned, d_x 16-byte aligned. t of any size: each group of up
  * to 8 tokens reads W once (so above 8 tokens W is read ceil(t / 8) times;
  * a W8A8 or 16-bit GEMM is the better tool there).
  * Returns 0; ERR_INVAL for NULL pointers (d_q8_d for DT_Q8_0), n, k or t

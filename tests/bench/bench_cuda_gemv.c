@@ -13,7 +13,9 @@
  * "gemv.<shape>.t<T>.<weights>.<impl>_us=" (and _gbs, _frac_d2d), then a
  * short table. Exit 77 without a GPU. Under 30 s on an H200 (mostly
  * uploads and cuBLAS start-up). Not a test: run it by hand.
- * Usage: bench_cuda_gemv [--reps N]
+ * Usage: bench_cuda_gemv [--reps N] [--small]
+ * --small: every N / 256 and K / 16, 1 MiB flush and copy: a smoke run of
+ * this program's own logic (under tests/emu, say); its timings mean nothing.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +62,8 @@ struct bench {
 	struct k_blas *blas;
 	void *ev0[MAX_REPS], *ev1[MAX_REPS];
 	void *d_flush;
+	size_t flush_bytes, copy_bytes;
+	int small; /* --small */
 	uint8_t *fill;
 	double d2d_gbs;
 	/* results for the table: us [shape][weights][t][impl], 0 = not run */
@@ -108,18 +112,19 @@ static int cmp_float(const void *a, const void *b)
 }
 
 /* Median microseconds of b->reps runs of what run() does (or a D2D copy of
- * COPY_BYTES when o is NULL), the L2 flushed before each. */
+ * b->copy_bytes when o is NULL), the L2 flushed before each. */
 static int time_it(struct bench *b, const struct operands *o, enum wkind wk, enum impl im, int t,
                    void *copy_dst, void *copy_src, double *us_out)
 {
 	int rc = 0;
 	for (int i = -1; !rc && i < b->reps; i++) { /* i = -1: warm-up, not timed */
-		rc = k_cuda_memset_async(b->stream, b->d_flush, i & 0xff, FLUSH_BYTES);
+		rc = k_cuda_memset_async(b->stream, b->d_flush, i & 0xff, b->flush_bytes);
 		if (!rc && i >= 0)
 			rc = k_cuda_event_record(b->ev0[i], b->stream);
 		if (!rc)
 			rc = o ? run(b, o, wk, im, t)
-			       : k_cuda_memcpy_d2d_async(b->stream, copy_dst, copy_src, COPY_BYTES);
+			       : k_cuda_memcpy_d2d_async(b->stream, copy_dst, copy_src,
+			                                 b->copy_bytes);
 		if (!rc && i >= 0)
 			rc = k_cuda_event_record(b->ev1[i], b->stream);
 	}
@@ -180,12 +185,22 @@ static double weight_bytes(enum wkind wk, int n, int k)
 	return (double)n * k + (wk == WK_Q8R ? (double)n * (k / 32) * 2 : 0.0);
 }
 
+static int shape_n(const struct bench *b, int s)
+{
+	return b->small ? shapes[s].n / 256 : shapes[s].n;
+}
+
+static int shape_k(const struct bench *b, int s)
+{
+	return b->small ? shapes[s].k / 16 : shapes[s].k;
+}
+
 static int bench_shape(struct bench *b, int s)
 {
 	struct operands o;
 	memset(&o, 0, sizeof o);
-	o.n = shapes[s].n;
-	o.k = shapes[s].k;
+	o.n = shape_n(b, s);
+	o.k = shape_k(b, s);
 	const size_t nk = (size_t)o.n * o.k;
 	int rc = alloc_filled(b, &o.w16, nk * 2);
 	if (!rc)
@@ -252,16 +267,16 @@ static int bench_shape(struct bench *b, int s)
 static int measure_d2d(struct bench *b)
 {
 	void *src = NULL, *dst = NULL;
-	int rc = check(k_cuda_malloc(&src, COPY_BYTES), "k_cuda_malloc");
+	int rc = check(k_cuda_malloc(&src, b->copy_bytes), "k_cuda_malloc");
 	if (!rc)
-		rc = check(k_cuda_malloc(&dst, COPY_BYTES), "k_cuda_malloc");
+		rc = check(k_cuda_malloc(&dst, b->copy_bytes), "k_cuda_malloc");
 	if (!rc)
-		rc = check(k_cuda_memset_async(b->stream, src, 1, COPY_BYTES), "memset");
+		rc = check(k_cuda_memset_async(b->stream, src, 1, b->copy_bytes), "memset");
 	double us = 0;
 	if (!rc)
 		rc = check(time_it(b, NULL, WK_BF16, IM_GEMV, 0, dst, src, &us), "d2d copy");
 	if (!rc) {
-		b->d2d_gbs = 2.0 * COPY_BYTES / us / 1e3; /* read + write */
+		b->d2d_gbs = 2.0 * (double)b->copy_bytes / us / 1e3; /* read + write */
 		printf("gemv.d2d_gbs=%.0f\n", b->d2d_gbs);
 	}
 	k_cuda_free(src);
@@ -285,9 +300,9 @@ static void print_table(const struct bench *b)
 			const double us = b->us[s][wk][0][IM_GEMV];
 			const double w8 = b->us[s][wk][0][IM_W8];
 			const double gbs =
-			    us > 0
-			        ? weight_bytes((enum wkind)wk, shapes[s].n, shapes[s].k) / us / 1e3
-			        : 0;
+			    us > 0 ? weight_bytes((enum wkind)wk, shape_n(b, s), shape_k(b, s)) /
+			                 us / 1e3
+			           : 0;
 			printf("%-8s %-8s %8.2f %5.0f%% %6.2f | %27s", shapes[s].name, wk_name[wk],
 			       us, 100.0 * gbs / b->d2d_gbs, us > 0 && w8 > 0 ? w8 / us : 0.0, "");
 			for (int ti = 0; ti < N_TS; ti++) {
@@ -303,14 +318,21 @@ int main(int argc, char **argv)
 {
 	static struct bench b; /* large (the results table): not on the stack */
 	b.reps = 10;
+	b.flush_bytes = FLUSH_BYTES;
+	b.copy_bytes = COPY_BYTES;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
 			b.reps = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--small")) {
+			b.small = 1;
 		} else {
-			fprintf(stderr, "usage: bench_cuda_gemv [--reps N (1..%d)]\n", MAX_REPS);
+			fprintf(stderr, "usage: bench_cuda_gemv [--reps N (1..%d)] [--small]\n",
+			        MAX_REPS);
 			return 2;
 		}
 	}
+	if (b.small)
+		b.flush_bytes = b.copy_bytes = (size_t)1 << 20;
 	if (b.reps < 1 || b.reps > MAX_REPS) {
 		fprintf(stderr, "bench_cuda_gemv: --reps must be 1..%d\n", MAX_REPS);
 		return 2;
@@ -336,7 +358,7 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = check(k_blas_create(b.stream, &b.blas), "k_blas_create");
 	if (!rc)
-		rc = check(k_cuda_malloc(&b.d_flush, FLUSH_BYTES), "flush buffer");
+		rc = check(k_cuda_malloc(&b.d_flush, b.flush_bytes), "flush buffer");
 	for (int i = 0; !rc && i < b.reps; i++) {
 		rc = k_cuda_event_create(&b.ev0[i]);
 		if (!rc)

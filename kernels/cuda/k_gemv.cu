@@ -165,15 +165,17 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 				wv[r][u][0] = wv[r][u][1] = wv[r][u][2] = wv[r][u][3] = 0;
 				if (row >= n || c >= nck)
 					continue;
+				// Streaming loads (evict first): W is read once and should
+				// not push X out of L1 / L2.
 				const uint4 v =
-				    __ldg((const uint4 *)(w + (size_t)row * row_bytes) + c);
+				    __ldcs((const uint4 *)(w + (size_t)row * row_bytes) + c);
 				wv[r][u][0] = v.x;
 				wv[r][u][1] = v.y;
 				wv[r][u][2] = v.z;
 				wv[r][u][3] = v.w;
 				if (WK == GW_Q8R) // chunk c: values 16c .. 16c + 15, block c / 2
 					wd[r][u] = __half2float(__ushort_as_half(
-					    __ldg(qd + (size_t)row * (k / 32) + c / 2)));
+					    __ldcs(qd + (size_t)row * (k / 32) + c / 2)));
 			}
 		}
 		if (XPRE) {

@@ -1,7 +1,8 @@
 /* kernels/cuda/kcuda_gemv.h — the decode GEMV: Y[t, n] (+)= X[t, k] ·
  * dequant(W[n, k])^T for a few tokens (t up to 8 per pass over W), 16-bit
  * X, F32 Y, weights F16, BF16, I8, F8 E4M3 or repacked Q8_0. Built to read
- * W at memory bandwidth in one round trip per CTA. Plain C; launchers never
+ * W at memory bandwidth, one memory round trip per K step (1-4 steps per
+ * CTA at the Llama shapes). Plain C; launchers never
  * synchronize (graph capture works). Code: kernels/cuda/k_gemv.cu; test:
  * tests/kernels/test_cuda_gemv.c; benchmark: tests/bench/bench_cuda_gemv.c.
  *

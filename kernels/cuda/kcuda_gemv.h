@@ -2,8 +2,8 @@
  * dequant(W[n, k])^T for a few tokens (t up to 8 per pass over W), 16-bit
  * X, F32 Y, weights F16, BF16, I8, F8 E4M3 or repacked Q8_0. Built to read
  * W at memory bandwidth, one memory round trip per K step (1-4 steps per
- * CTA at the Llama shapes). Plain C; launchers never
- * synchronize (graph capture works). Code: kernels/cuda/k_gemv.cu; test:
+ * CTA at the Llama shapes). Plain C; launchers never synchronize (graph
+ * capture works). Code: kernels/cuda/k_gemv.cu; test:
  * tests/kernels/test_cuda_gemv.c; benchmark: tests/bench/bench_cuda_gemv.c.
  *
  * Semantics are k_gemv_w8's (kcuda_quant.h), so the two are interchangeable

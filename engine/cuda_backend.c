@@ -50,6 +50,7 @@
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_attn.h"
 #include "kernels/cuda/kcuda_gemm.h"
+#include "kernels/cuda/kcuda_gemv.h"
 #include "kernels/cuda/kcuda_ops.h"
 #include "kernels/cuda/kcuda_quant.h"
 #include "kernels/cuda/kcuda_sample.h"
@@ -57,12 +58,13 @@
 #define LOGIT_ROWS 256	/* logits rows per LM-head pass */
 #define GRAPH_MAX 256	/* largest decode batch captured in a graph */
 #define N_GRAPH_SIZES 9 /* 1, 2, 4, ..., 256 */
-/* 8-bit weights: weight-only GEMV up to this many rows, then W8A8 (INT8/FP8)
- * or the dequantizing GEMM (Q8_0). H200, Llama-3-8B projections
- * (bench_cuda_quant, 2026-11-30): the INT8/FP8 GEMV at 4 rows runs at
- * 0.87-1.07x the BF16 GEMM's speed, W8A8 at 0.68-1.15x; at 8 rows 0.51-0.59x
- * against 0.66-1.12x. Q8_0 has no W8A8 path here and dequantizing every step
- * costs more than its GEMV up to 16 rows. */
+/* Rows up to which a projection runs as k_gemv (one pass over W at memory
+ * bandwidth) rather than a GEMM: 16-bit weights against cuBLAS; INT8/FP8
+ * against W8A8 (k_gemm_w8a8); Q8_0 against dequantize + GEMM, which costs
+ * more than its GEMV at any decode batch (no W8A8 for Q8_0 here). Chosen from
+ * tests/bench/bench_cuda_gemv and bench_cuda_quant on an H200 (the note of
+ * the session that measured them has the figures). */
+#define GEMV16_MAX_T 2
 #define W8_GEMV_MAX_T 4
 #define Q8_GEMV_MAX_T 16
 
@@ -569,22 +571,34 @@ static int dequant_gemm(struct cuda_backend *cb, const struct cu_w *w, const voi
 }
 
 /* Y (+)= X W^T for any weight dtype; x is the 16-bit activation [t, w->k].
- * 8-bit weights: weight-only GEMV up to W8_GEMV_MAX_T rows; above, W8A8
- * through cuBLASLt for INT8 / FP8 (FP8 only with FP8 tensor cores; shapes
- * cuBLASLt's 8-bit kernels refuse fall back) and the dequantizing GEMM for
- * Q8_0. */
+ * Few rows (see GEMV16_MAX_T & co.): k_gemv, which reads W once at memory
+ * bandwidth. Above: cuBLAS for 16-bit weights; W8A8 through cuBLASLt for
+ * INT8 / FP8 (FP8 only with FP8 tensor cores; shapes cuBLASLt's 8-bit
+ * kernels refuse fall back) and the dequantizing GEMM for Q8_0. A shape
+ * k_gemv refuses (k not a multiple of its granularity) takes the older
+ * kernels (k_gemv_w8, cuBLAS). */
 static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t, float *y,
 		  int accumulate)
 {
-	if (w->dt == DT_F16 || w->dt == DT_BF16)
+	const bool w16 = w->dt == DT_F16 || w->dt == DT_BF16;
+	const int gemv_max = w16 ? GEMV16_MAX_T : w->dt == DT_Q8_0 ? Q8_GEMV_MAX_T : W8_GEMV_MAX_T;
+	if (t <= gemv_max) {
+		int rc = k_gemv(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0,
+				w->d_q8d, w->n, w->k, x, cb->gdt, t, y, accumulate);
+		if (rc != ERR_UNSUPPORTED)
+			return rc;
+		if (w->dt == DT_Q8_0)
+			return k_gemv_q8_0r(cb->stream, w->d, w->d_q8d, w->n, w->k, x, cb->gdt, t,
+					    y, accumulate);
+		if (!w16)
+			return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale,
+					 w->d_scale ? w->n : 0, w->n, w->k, x, cb->gdt, t, y,
+					 accumulate);
+	}
+	if (w16)
 		return k_gemm(cb->blas, w->d, w->dt, w->n, w->k, x, t, y, accumulate);
 	if (w->dt == DT_Q8_0)
-		return t <= Q8_GEMV_MAX_T ? k_gemv_q8_0r(cb->stream, w->d, w->d_q8d, w->n, w->k, x,
-							 cb->gdt, t, y, accumulate)
-					  : dequant_gemm(cb, w, x, t, y, accumulate);
-	if (t <= W8_GEMV_MAX_T)
-		return k_gemv_w8(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->n,
-				 w->k, x, cb->gdt, t, y, accumulate);
+		return dequant_gemm(cb, w, x, t, y, accumulate);
 	/* cuBLASLt's 8-bit kernels want n and k multiples of 16 (e.g. not an
 	 * 8-bit LM head over a ragged vocabulary) and FP8 tensor cores for FP8 */
 	if (w->n % 16 || w->k % 16 || (w->dt == DT_F8_E4M3 && !cb->props.has_fp8))

@@ -10,7 +10,7 @@
 # QUICK=1 (smaller benchmark shapes, for a first smoke run), AORTA_PREBUILT=DIR
 # (run the programs tests/gpu/bundle.sh packed into DIR instead of building:
 # for a GPU machine without the build dependencies), TEST_TIMEOUT (per CUDA
-# test in that mode, default 120 s).
+# test in that mode, default 120 s), PROFILE=1 (per-kernel times by ncu).
 # Exit status: non-zero when the build or any CUDA test failed; benchmark
 # failures are reported but do not hide test results.
 set -u -o pipefail
@@ -37,7 +37,7 @@ if [ -n "${AORTA_PREBUILT:-}" ]; then
 	stamp "CUDA tests (prebuilt, $PRE; in parallel)"
 	tests_rc=0
 	cuda_tests="test_cuda_smoke test_cuda_gemm test_cuda_ops test_cuda_attn test_cuda_sample
-		test_cuda_quant test_cuda_engine test_engine_quant_cuda"
+		test_cuda_quant test_cuda_gemv test_cuda_engine test_engine_quant_cuda"
 	for t in $cuda_tests; do
 		( t1=$(date +%s)
 		  exe=$t; [ $t = test_engine_quant_cuda ] && exe=test_engine_quant
@@ -85,6 +85,12 @@ if [ -x "$(bin tests/bench/bench_cuda_quant)" ]; then
 	timeout 120 "$(bin tests/bench/bench_cuda_quant)" 2>&1 | tee "$LOG/bench_cuda_quant.txt"
 fi
 
+if [ -x "$(bin tests/bench/bench_cuda_gemv)" ]; then
+	stamp "decode GEMV (bench_cuda_gemv)"
+	timeout 120 "$(bin tests/bench/bench_cuda_gemv)" 2>&1 | tee "$LOG/bench_cuda_gemv.txt" |
+		grep -vE "^gemv\."
+fi
+
 # Llama-3-8B shape (random weights): hidden 4096, 32 layers, 32/8 heads,
 # FFN 14336, vocab 128256, BF16.
 shape="--layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256"
@@ -98,6 +104,41 @@ for q in none fp8 int8; do
 		--quantization $q --prompt 2048 --batches 1,16,64 --decode-ctx 512 --steps 20 \
 		--hbm-gbs 4800 --peak-tflops 989 2>&1 | tee "$LOG/bench_engine_$q.txt"
 done
+
+# PROFILE=1: per-kernel device times (Nsight Compute, clocks left alone) of a
+# 2-layer model of the same shapes, eager: prefill of 2048 tokens, then decode
+if [ "${PROFILE:-0}" = 1 ]; then
+	stamp "per-kernel times (ncu)"
+	NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+	if [ -n "$NCU" ]; then
+		timeout 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+			"$(bin server/aorta)" bench engine --device cuda \
+			--synthetic --layers 2 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
+			--vocab 128256 --dtype bf16 --prompt 2048 --batches 1 --decode-ctx 512 \
+			--steps 3 --enforce-eager >"$LOG/ncu.csv" 2>"$LOG/ncu.err"
+		# totals per kernel, then the last 45 launches (the last decode step)
+		python3 - "$LOG/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if len(r) > 14]
+hdr = rows[0]; ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
+runs = []
+for r in rows[1:]:
+    try: v = float(r[vi].replace(",", ""))
+    except ValueError: continue
+    v *= {"nsecond": 1e-3, "usecond": 1, "msecond": 1e3}.get(r[ui], 1)
+    runs.append((r[ki].split("(")[0][:70], v))
+tot = collections.defaultdict(lambda: [0, 0.0])
+for n, v in runs: tot[n][0] += 1; tot[n][1] += v
+print("kernel launches: %d, %.1f us in all" % (len(runs), sum(v for _, v in runs)))
+for n, (c, t) in sorted(tot.items(), key=lambda x: -x[1][1])[:25]:
+    print("%9.1f us %5d x  %s" % (t, c, n))
+print("-- last 45 launches (us):")
+for n, v in runs[-45:]: print("%9.1f  %s" % (v, n))
+PY
+	else
+		echo "no ncu"
+	fi
+fi
 
 # the whole server on the GPU: a 1B-shaped random model (make-model's own
 # small tokenizer and vocabulary), streaming clients through the

@@ -769,11 +769,12 @@ __global__ void __launch_bounds__(TC_THREADS)
 			const float m_new = fmaxf(m_run, mx);
 			float alpha = 1.0f, rs = 0.0f;
 			if (m_new != -INFINITY) {
-				alpha = expf(m_run - m_new); // 0 while m_run is -inf
+				// __expf (ex2.approx, a few ulp): far inside P's 16-bit rounding
+				alpha = __expf(m_run - m_new); // 0 while m_run is -inf
 #pragma unroll 8
 				for (int j = 0; j < HB; j++) {
 					const float p =
-						t0 + j <= my_last ? expf(srow[j] * g.k_mul - m_new) : 0.0f;
+						t0 + j <= my_last ? __expf(srow[j] * g.k_mul - m_new) : 0.0f;
 					rs += p;
 					tc_from_f(p, prow + j);
 				}

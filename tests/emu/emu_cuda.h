@@ -555,11 +555,13 @@ inline double max(double a, float b)
 // ---- warp matrix multiply-accumulate: nvcuda::wmma (<mma.h>) -------------------
 //
 // m16n16k16 with __half / __nv_bfloat16 inputs and float accumulators. CUDA
-// leaves the fragment's element mapping unspecified; here lane l holds
-// elements 8 l .. 8 l + 7 of the 16 x 16 tile in row-major order ((row, col)
-// of a, (k, n) of b, (row, col) of the accumulator). Kernels may only rely
-// on what holds for any mapping: fragments of one type map alike, so
-// element-wise work between them is legal. load/store/mma are warp-wide:
+// leaves the fragment's element mapping unspecified; here each use maps
+// differently, so a kernel that assumes a mapping or mixes fragments of
+// different uses element-wise gets wrong numbers: element t of lane l is
+// tile element i = 8 l + t in row-major order for a ((row, k)), in
+// column-major order for b ((k, col)), and i = 32 t + l in row-major order
+// for the accumulator. Fragments of one type map alike, so element-wise
+// work between them is legal (as on the device). load/store/mma are warp-wide:
 // every lane of a full warp must call the same one with the same pointer,
 // ldm and layout (checked); pointers 32-byte aligned, ldm a multiple of 16
 // bytes (checked). mma sums in F32 in k order (products of 16-bit values are
@@ -649,14 +651,26 @@ inline size_t emu_wmma_at(const emu_wmma_mem *m, int r, int c)
 	return m->col ? (size_t)c * m->ldm + r : (size_t)r * m->ldm + c;
 }
 
-template <typename T> void emu_wmma_load(void *args[32])
+// The tile element (*r, *c) that element t of lane l holds; use: 0 a, 1 b,
+// 2 accumulator (see above).
+inline void emu_wmma_pos(int use, int l, int t, int *r, int *c)
+{
+	const int i = use == 2 ? 32 * t + l : 8 * l + t;
+	*r = use == 1 ? i % 16 : i / 16;
+	*c = use == 1 ? i / 16 : i % 16;
+}
+
+template <typename T, int USE> void emu_wmma_load(void *args[32])
 {
 	emu_wmma_check(args, sizeof(T), "wmma::load_matrix_sync");
 	for (int l = 0; l < 32; l++) {
 		const emu_wmma_mem *m = (const emu_wmma_mem *)args[l];
 		T *x = (T *)m->frag;
-		for (int t = 0; t < 8; t++)
-			x[t] = ((const T *)m->ptr)[emu_wmma_at(m, (8 * l + t) / 16, (8 * l + t) % 16)];
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(USE, l, t, &r, &c);
+			x[t] = ((const T *)m->ptr)[emu_wmma_at(m, r, c)];
+		}
 	}
 }
 
@@ -666,8 +680,11 @@ inline void emu_wmma_store(void *args[32])
 	for (int l = 0; l < 32; l++) {
 		const emu_wmma_mem *m = (const emu_wmma_mem *)args[l];
 		const float *x = (const float *)m->frag;
-		for (int t = 0; t < 8; t++)
-			((float *)m->ptr)[emu_wmma_at(m, (8 * l + t) / 16, (8 * l + t) % 16)] = x[t];
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(2, l, t, &r, &c);
+			((float *)m->ptr)[emu_wmma_at(m, r, c)] = x[t];
+		}
 	}
 }
 
@@ -679,14 +696,14 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, uns
 {
 	static_assert(!std::is_same<Use, accumulator>::value, "emu: accumulator loads take a layout");
 	emu_wmma_mem m = {f.x, p, ldm, std::is_same<L, col_major>::value};
-	emu_warp_exec(1, &m, emu_wmma_load<T>);
+	emu_warp_exec(1, &m, emu_wmma_load<T, std::is_same<Use, matrix_a>::value ? 0 : 1>);
 }
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
 			     unsigned ldm, layout_t layout)
 {
 	emu_wmma_mem m = {f.x, p, ldm, layout == mem_col_major};
-	emu_warp_exec(2, &m, emu_wmma_load<float>);
+	emu_warp_exec(2, &m, emu_wmma_load<float, 2>);
 }
 
 inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
@@ -711,9 +728,12 @@ template <typename T> void emu_wmma_mma_run(void *args[32])
 	for (int l = 0; l < 32; l++) {
 		const emu_wmma_mma *m = (const emu_wmma_mma *)args[l];
 		for (int t = 0; t < 8; t++) {
-			const int r = (8 * l + t) / 16, c = (8 * l + t) % 16;
+			int r, c;
+			emu_wmma_pos(0, l, t, &r, &c);
 			A[r][c] = emu_wmma_f(((const T *)m->a)[t]);
+			emu_wmma_pos(1, l, t, &r, &c);
 			B[r][c] = emu_wmma_f(((const T *)m->b)[t]);
+			emu_wmma_pos(2, l, t, &r, &c);
 			D[r][c] = ((const float *)m->c)[t];
 		}
 	}
@@ -727,8 +747,11 @@ template <typename T> void emu_wmma_mma_run(void *args[32])
 		}
 	for (int l = 0; l < 32; l++) {
 		float *d = (float *)((const emu_wmma_mma *)args[l])->d;
-		for (int t = 0; t < 8; t++)
-			d[t] = R[(8 * l + t) / 16][(8 * l + t) % 16];
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(2, l, t, &r, &c);
+			d[t] = R[r][c];
+		}
 	}
 }
 

@@ -1,12 +1,16 @@
 // kernels/cuda/k_attn.cu — paged attention on the GPU (kcuda_attn.h):
-// split-KV flash-decoding with a log-sum-exp merge, and a flash-attention
-// style prefill over tiles of query rows. SIMT F32 math throughout (no tensor
-// cores yet): K/V are converted to F32 on load (F32, F16, BF16, FP8 E4M3).
+// split-KV flash-decoding with a log-sum-exp merge (SIMT, F32 math), and a
+// flash-attention-2 style prefill over tiles of query vectors: on tensor
+// cores (nvcuda::wmma, 16-bit Q/K/P/V, F32 accumulation and softmax) for
+// F16, BF16 and FP8 E4M3 (staged as F16) caches, SIMT F32 for F32 caches.
 // CPU counterpart: kops_attn_group_ref (kernels/cpu/ops_ref.c);
 // test: tests/kernels/test_cuda_attn.c.
 #include <cuda_fp8.h>
 #include <math.h>
+#include <mma.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/kcuda_attn.h"
 #include "kernels/cuda/kcuda_internal.h"
@@ -565,6 +569,294 @@ __global__ void __launch_bounds__(PF_THREADS)
 	}
 }
 
+// ---- prefill on tensor cores: one CTA per (query tile, kv head x head chunk) ----
+//
+// Same tiles as the SIMT prefill: query vector qv of the tile is (row
+// row0 + qv / hc, head hbeg + qv % hc), TC_BM of them, so a GQA group fills
+// the MMA rows even when a chunk has few rows. Warp w owns query vectors
+// 16 w .. 16 w + 15. Per K/V tile of BN positions (staged 16-bit in shared
+// memory; the next tile is fetched into registers during the math):
+//   S = Q K^T (wmma, F32) -> shared; online softmax in F32 by two lanes per
+//   row, P rounded to the 16-bit type -> shared, the row's rescale factor
+//   alpha -> a 16 x 16 tile; O *= alpha element-wise (the alpha tile loaded
+//   as an accumulator fragment maps like O's fragments, whatever the
+//   mapping); O += P V (wmma). The row sum l adds the F32 probabilities.
+// The fragment layout is never assumed: S, alpha and O go through shared
+// memory with store/load_matrix_sync. Dynamic shared memory (bytes, each
+// region a multiple of 128 so every wmma tile start is 32-byte aligned):
+//   Qs[BM][HD + 8] | Ks[BN][HD + 8] | Vs[BN][HD + 8] (16-bit) | Ss[BM][BN + 4]
+//   (F32) | Ps[BM][BN + 8] (16-bit) | Xs[NW][16][16] (F32) | qlast[BM] (int)
+// (the pads keep 16-byte rows and spread the banks).
+
+constexpr int TC_THREADS = 128; // four warps
+constexpr int TC_BM = 64;	// query vectors per CTA, 16 per warp
+
+template <int HD> struct tc_cfg {
+	static constexpr int BN = HD <= 128 ? 64 : 32; // positions per K/V tile
+	static constexpr int LD = HD + 8, SLD = BN + 4, PLD = BN + 8;
+	static constexpr size_t Q = 0;
+	static constexpr size_t K = Q + (size_t)TC_BM * LD * 2;
+	static constexpr size_t V = K + (size_t)BN * LD * 2;
+	static constexpr size_t S = V + (size_t)BN * LD * 2;
+	static constexpr size_t P = S + (size_t)TC_BM * SLD * 4;
+	static constexpr size_t X = P + (size_t)TC_BM * PLD * 2;
+	static constexpr size_t QL = X + (size_t)(TC_THREADS / 32) * 256 * 4;
+	static constexpr size_t bytes = QL + (size_t)TC_BM * 4;
+	static_assert(K % 128 == 0 && V % 128 == 0 && S % 128 == 0 && P % 128 == 0 &&
+			      X % 128 == 0 && QL % 128 == 0,
+		      "32-byte aligned wmma tiles");
+};
+
+// The MMA input type of a KV type: F16 / BF16 as stored; FP8 E4M3 as F16
+// (every E4M3 value is exact in F16).
+template <typename KT> struct tc_mt {
+	typedef KT type;
+};
+template <> struct tc_mt<__nv_fp8_e4m3> {
+	typedef __half type;
+};
+
+__device__ __forceinline__ void tc_from_f(float x, __half *y)
+{
+	*y = __float2half_rn(x);
+}
+__device__ __forceinline__ void tc_from_f(float x, __nv_bfloat16 *y)
+{
+	*y = __float2bfloat16_rn(x);
+}
+
+// Eight consecutive K/V values as eight 16-bit MMA inputs; p is aligned to 8 elements.
+__device__ __forceinline__ uint4 tc_ld8(const __half *p)
+{
+	return *reinterpret_cast<const uint4 *>(p);
+}
+__device__ __forceinline__ uint4 tc_ld8(const __nv_bfloat16 *p)
+{
+	return *reinterpret_cast<const uint4 *>(p);
+}
+__device__ __forceinline__ uint4 tc_ld8(const __nv_fp8_e4m3 *p)
+{
+	const uint2 u = *reinterpret_cast<const uint2 *>(p);
+	unsigned w[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const unsigned pair = ((i < 2 ? u.x : u.y) >> (16 * (i & 1))) & 0xffffu;
+		const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
+		w[i] = (unsigned)h.x | ((unsigned)h.y << 16);
+	}
+	return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// This thread's share of the K and V tile at positions kt0 .. kt0 + BN - 1
+// (zeros from n_kv on: P = 0 times a NaN would be NaN).
+template <int HD, typename KT>
+__device__ __forceinline__ void tc_fetch(const k_attn_args &a, const int32_t *table, int kvh,
+					 int kt0, int n_kv, uint4 *kr, uint4 *vr)
+{
+	constexpr int V8 = HD / 8, NCH = tc_cfg<HD>::BN * V8 / TC_THREADS;
+#pragma unroll
+	for (int i = 0; i < NCH; i++) {
+		const int e = (int)threadIdx.x + i * TC_THREADS;
+		const int t = kt0 + e / V8, d = (e % V8) * 8;
+		if (t < n_kv) {
+			const size_t off = kv_off(table, t, a.block_size, a.n_kv_heads, kvh, HD) + d;
+			kr[i] = tc_ld8((const KT *)a.k_cache + off);
+			vr[i] = tc_ld8((const KT *)a.v_cache + off);
+		} else {
+			kr[i] = vr[i] = make_uint4(0u, 0u, 0u, 0u);
+		}
+	}
+}
+
+template <int HD, typename MT>
+__device__ __forceinline__ void tc_put(MT *Ks, MT *Vs, const uint4 *kr, const uint4 *vr)
+{
+	constexpr int V8 = HD / 8, NCH = tc_cfg<HD>::BN * V8 / TC_THREADS, LD = tc_cfg<HD>::LD;
+#pragma unroll
+	for (int i = 0; i < NCH; i++) {
+		const int e = (int)threadIdx.x + i * TC_THREADS;
+		const int k = e / V8, d = (e % V8) * 8;
+		*reinterpret_cast<uint4 *>(Ks + k * LD + d) = kr[i];
+		*reinterpret_cast<uint4 *>(Vs + k * LD + d) = vr[i];
+	}
+}
+
+template <int HD, typename KT>
+__global__ void __launch_bounds__(TC_THREADS)
+	attn_prefill_tc_kernel(const k_attn_args a, const attn_geo g)
+{
+	namespace wmma = nvcuda::wmma;
+	typedef typename tc_mt<KT>::type MT;
+	typedef tc_cfg<HD> C;
+	typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
+	constexpr int BM = TC_BM, BN = C::BN, LD = C::LD, SLD = C::SLD, PLD = C::PLD;
+	constexpr int NO = HD / 16, NS = BN / 16, HB = BN / 2;
+	constexpr int NCH = BN * (HD / 8) / TC_THREADS;
+	static_assert(BM == 16 * (TC_THREADS / 32) && NCH * TC_THREADS == BN * (HD / 8),
+		      "16 query vectors per warp; whole 8-element chunks per thread");
+	extern __shared__ __align__(128) float tc_smem[];
+	unsigned char *base = reinterpret_cast<unsigned char *>(tc_smem);
+	MT *Qs = reinterpret_cast<MT *>(base + C::Q);
+	MT *Ks = reinterpret_cast<MT *>(base + C::K);
+	MT *Vs = reinterpret_cast<MT *>(base + C::V);
+	int *qlast = reinterpret_cast<int *>(base + C::QL);
+
+	const int s = blockIdx.z;
+	const int kvh = blockIdx.y / g.n_hchunks;
+	const int hbeg = (blockIdx.y % g.n_hchunks) * g.hc;
+	const int ng = min(g.hc, g.group - hbeg);
+	// the last tiles of a sequence (the most positions, causal) start first
+	const int tile = (int)(gridDim.x - 1 - blockIdx.x);
+	const int row0 = a.seq_start[s] + tile * g.rows_per_tile;
+	const int row_end = min(a.seq_start[s + 1], row0 + g.rows_per_tile);
+	if (row0 >= row_end) // uniform: the whole CTA leaves before any barrier
+		return;
+	const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+	// Q tile rounded to MT (unused query vectors are zero), each query's last position
+	for (int e = tid; e < BM * (HD / 4); e += TC_THREADS) {
+		const int qv = e / (HD / 4), d = (e % (HD / 4)) * 4;
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (row < row_end && h < ng)
+			x = *reinterpret_cast<const float4 *>(
+				a.q + ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD + d);
+		MT *dst = Qs + qv * LD + d;
+		tc_from_f(x.x, dst);
+		tc_from_f(x.y, dst + 1);
+		tc_from_f(x.z, dst + 2);
+		tc_from_f(x.w, dst + 3);
+	}
+	for (int qv = tid; qv < BM; qv += TC_THREADS) {
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		qlast[qv] = row < row_end && h < ng ? row_ctx(a.positions[row], g.ctx_limit) - 1 : -1;
+	}
+	__syncthreads();
+	int tmax = -1, wlast = -1;
+	for (int i = 0; i < BM; i++)
+		tmax = max(tmax, qlast[i]);
+	for (int i = 0; i < 16; i++)
+		wlast = max(wlast, qlast[warp * 16 + i]); // uniform over the warp
+	const int n_kv = tmax + 1; // positions the tile reads: 0 .. tmax
+
+	// this warp's slices; lanes 2 r and 2 r + 1 share the softmax of its row
+	// r, columns sh * HB .. sh * HB + HB - 1 of each S tile
+	const MT *Qw = Qs + warp * 16 * LD;
+	float *Sw = reinterpret_cast<float *>(base + C::S) + warp * 16 * SLD;
+	MT *Pw = reinterpret_cast<MT *>(base + C::P) + warp * 16 * PLD;
+	float *Xw = reinterpret_cast<float *>(base + C::X) + warp * 256;
+	const int sr = lane / 2, sh = lane % 2;
+	const int my_last = qlast[warp * 16 + sr];
+	float m_run = -INFINITY, l_run = 0.0f;
+	acc_frag o[NO];
+#pragma unroll
+	for (int c = 0; c < NO; c++)
+		wmma::fill_fragment(o[c], 0.0f);
+
+	const int32_t *table = a.block_tables + (size_t)s * a.max_blocks_per_seq;
+	uint4 kr[NCH], vr[NCH];
+	tc_fetch<HD, KT>(a, table, kvh, 0, n_kv, kr, vr);
+	for (int kt0 = 0; kt0 < n_kv; kt0 += BN) {
+		tc_put<HD>(Ks, Vs, kr, vr);
+		__syncthreads(); // the tile is visible
+		if (kt0 + BN < n_kv) // in flight during the math below
+			tc_fetch<HD, KT>(a, table, kvh, kt0 + BN, n_kv, kr, vr);
+		if (wlast >= kt0) { // uniform over the warp: some row sees the tile
+			acc_frag sf[NS];
+#pragma unroll
+			for (int j = 0; j < NS; j++)
+				wmma::fill_fragment(sf[j], 0.0f);
+#pragma unroll
+			for (int k = 0; k < HD; k += 16) {
+				wmma::fragment<wmma::matrix_a, 16, 16, 16, MT, wmma::row_major> qa;
+				wmma::load_matrix_sync(qa, Qw + k, LD);
+#pragma unroll
+				for (int j = 0; j < NS; j++) {
+					// K^T (dim x position) is K read column-major
+					wmma::fragment<wmma::matrix_b, 16, 16, 16, MT, wmma::col_major> kb;
+					wmma::load_matrix_sync(kb, Ks + j * 16 * LD + k, LD);
+					wmma::mma_sync(sf[j], qa, kb, sf[j]);
+				}
+			}
+#pragma unroll
+			for (int j = 0; j < NS; j++)
+				wmma::store_matrix_sync(Sw + j * 16, sf[j], SLD, wmma::mem_row_major);
+			__syncwarp();
+
+			// online softmax of row sr over this lane's half of the tile
+			const float *srow = Sw + sr * SLD + sh * HB;
+			MT *prow = Pw + sr * PLD + sh * HB;
+			const int t0 = kt0 + sh * HB;
+			float mx = -INFINITY;
+#pragma unroll 8
+			for (int j = 0; j < HB; j++)
+				mx = fmaxf(mx, t0 + j <= my_last ? srow[j] * g.k_mul : -INFINITY);
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			const float m_new = fmaxf(m_run, mx);
+			float alpha = 1.0f, rs = 0.0f;
+			if (m_new != -INFINITY) {
+				// __expf (ex2.approx, a few ulp): far inside P's 16-bit rounding
+				alpha = __expf(m_run - m_new); // 0 while m_run is -inf
+#pragma unroll 8
+				for (int j = 0; j < HB; j++) {
+					const float p =
+						t0 + j <= my_last ? __expf(srow[j] * g.k_mul - m_new) : 0.0f;
+					rs += p;
+					tc_from_f(p, prow + j);
+				}
+			} else {
+#pragma unroll 8
+				for (int j = 0; j < HB; j++)
+					tc_from_f(0.0f, prow + j);
+			}
+			rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+			l_run = l_run * alpha + rs;
+			m_run = m_new;
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				Xw[sr * 16 + sh * 8 + j] = alpha;
+			__syncwarp();
+
+			acc_frag af;
+			wmma::load_matrix_sync(af, Xw, 16, wmma::mem_row_major);
+#pragma unroll
+			for (int c = 0; c < NO; c++)
+#pragma unroll
+				for (int i = 0; i < af.num_elements; i++)
+					o[c].x[i] *= af.x[i];
+#pragma unroll
+			for (int kk = 0; kk < BN; kk += 16) {
+				wmma::fragment<wmma::matrix_a, 16, 16, 16, MT, wmma::row_major> pa;
+				wmma::load_matrix_sync(pa, Pw + kk, PLD);
+#pragma unroll
+				for (int c = 0; c < NO; c++) {
+					wmma::fragment<wmma::matrix_b, 16, 16, 16, MT, wmma::row_major> vb;
+					wmma::load_matrix_sync(vb, Vs + kk * LD + c * 16, LD);
+					wmma::mma_sync(o[c], pa, vb, o[c]);
+				}
+			}
+		}
+		__syncthreads(); // Ks, Vs (and this warp's S, P, X) free for the next tile
+	}
+
+	// out = O / l (* v_scale), 16 columns at a time through Xw
+	const int qv = warp * 16 + sr;
+	const int row = row0 + qv / g.hc, h = qv % g.hc;
+	const bool live = row < row_end && h < ng;
+	const float inv = l_run > 0.0f ? g.v_mul / l_run : 0.0f; // 0 for padding rows
+	const size_t obase = ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD + sh * 8;
+#pragma unroll
+	for (int c = 0; c < NO; c++) {
+		__syncwarp(); // the previous column block has been read
+		wmma::store_matrix_sync(Xw, o[c], 16, wmma::mem_row_major);
+		__syncwarp();
+		if (live)
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				kcu_store(a.out, a.out_dt, obase + c * 16 + j, Xw[sr * 16 + sh * 8 + j] * inv);
+	}
+}
+
 // ---- host side ------------------------------------------------------------------
 
 bool kv_dt_ok(enum dtype dt)
@@ -648,37 +940,83 @@ int launch_prefill(cudaStream_t st, const k_attn_args &a, attn_geo g)
 	return kcu_launched("attn_prefill_kernel");
 }
 
+template <int HD, typename KT>
+int launch_prefill_tc(cudaStream_t st, const k_attn_args &a, attn_geo g)
+{
+	g.hc = g.group < TC_BM ? g.group : TC_BM;
+	g.n_hchunks = (g.group + g.hc - 1) / g.hc;
+	g.rows_per_tile = TC_BM / g.hc;
+	const long long gy = (long long)a.n_kv_heads * g.n_hchunks;
+	if (gy > 65535 || a.n_seqs > 65535)
+		return ERR_INVAL;
+	const unsigned gx = (unsigned)((a.max_rows_per_seq + g.rows_per_tile - 1) / g.rows_per_tile);
+	const size_t smem = tc_cfg<HD>::bytes;
+	int rc = kcu_check(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD, KT>,
+						cudaFuncAttributeMaxDynamicSharedMemorySize,
+						(int)smem),
+			   "attn_prefill_tc_kernel smem");
+	if (rc)
+		return rc;
+	attn_prefill_tc_kernel<HD, KT><<<dim3(gx, (unsigned)gy, (unsigned)a.n_seqs), TC_THREADS, smem, st>>>(a, g);
+	return kcu_launched("attn_prefill_tc_kernel");
+}
+
+enum attn_kind { ATTN_DECODE, ATTN_PREFILL, ATTN_PREFILL_SIMT };
+
+// Prefill of a 16-bit or FP8 cache runs on tensor cores unless SIMT is asked for.
+template <int HD, typename KT>
+int launch(attn_kind kind, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
+{
+	if (kind == ATTN_DECODE)
+		return launch_decode<HD, KT>(st, a, g);
+	// (the conditional only keeps an F32 TC kernel from being instantiated)
+	if (kind == ATTN_PREFILL && !std::is_same<KT, float>::value)
+		return launch_prefill_tc<HD, typename std::conditional<std::is_same<KT, float>::value,
+								       __half, KT>::type>(st, a, g);
+	return launch_prefill<HD, KT>(st, a, g);
+}
+
 template <int HD>
-int dispatch_kv(bool decode, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
+int dispatch_kv(attn_kind kind, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
 {
 	switch (a.kv_dt) {
 	case DT_F32:
-		return decode ? launch_decode<HD, float>(st, a, g) : launch_prefill<HD, float>(st, a, g);
+		return launch<HD, float>(kind, st, a, g);
 	case DT_F16:
-		return decode ? launch_decode<HD, __half>(st, a, g) : launch_prefill<HD, __half>(st, a, g);
+		return launch<HD, __half>(kind, st, a, g);
 	case DT_BF16:
-		return decode ? launch_decode<HD, __nv_bfloat16>(st, a, g)
-			      : launch_prefill<HD, __nv_bfloat16>(st, a, g);
+		return launch<HD, __nv_bfloat16>(kind, st, a, g);
 	case DT_F8_E4M3:
-		return decode ? launch_decode<HD, __nv_fp8_e4m3>(st, a, g)
-			      : launch_prefill<HD, __nv_fp8_e4m3>(st, a, g);
+		return launch<HD, __nv_fp8_e4m3>(kind, st, a, g);
 	default:
 		return ERR_UNSUPPORTED;
 	}
 }
 
-int dispatch(bool decode, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
+int dispatch(attn_kind kind, cudaStream_t st, const k_attn_args &a, const attn_geo &g)
 {
 	switch (a.head_dim) {
 	case 64:
-		return dispatch_kv<64>(decode, st, a, g);
+		return dispatch_kv<64>(kind, st, a, g);
 	case 128:
-		return dispatch_kv<128>(decode, st, a, g);
+		return dispatch_kv<128>(kind, st, a, g);
 	case 256:
-		return dispatch_kv<256>(decode, st, a, g);
+		return dispatch_kv<256>(kind, st, a, g);
 	default:
 		return ERR_UNSUPPORTED;
 	}
+}
+
+int prefill(attn_kind kind, void *stream, const k_attn_args *a)
+{
+	attn_geo g;
+	bool empty;
+	int rc = check_common(a, &g, &empty);
+	if (rc || empty)
+		return rc;
+	if (!a->seq_start || a->max_rows_per_seq <= 0)
+		return ERR_INVAL;
+	return dispatch(kind, (cudaStream_t)stream, *a, g);
 }
 
 } // namespace
@@ -718,17 +1056,15 @@ extern "C" int k_attn_decode(void *stream, const struct k_attn_args *a)
 		if (!a->workspace || a->workspace_bytes < need || ((uintptr_t)a->workspace & 3u))
 			return ERR_INVAL;
 	}
-	return dispatch(true, (cudaStream_t)stream, *a, g);
+	return dispatch(ATTN_DECODE, (cudaStream_t)stream, *a, g);
 }
 
 extern "C" int k_attn_prefill(void *stream, const struct k_attn_args *a)
 {
-	attn_geo g;
-	bool empty;
-	int rc = check_common(a, &g, &empty);
-	if (rc || empty)
-		return rc;
-	if (!a->seq_start || a->max_rows_per_seq <= 0)
-		return ERR_INVAL;
-	return dispatch(false, (cudaStream_t)stream, *a, g);
+	return prefill(ATTN_PREFILL, stream, a);
+}
+
+extern "C" int k_attn_prefill_simt(void *stream, const struct k_attn_args *a)
+{
+	return prefill(ATTN_PREFILL_SIMT, stream, a);
 }

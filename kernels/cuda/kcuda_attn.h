@@ -10,12 +10,20 @@
  *     The grid depends only on n_rows and max_ctx, not on the contexts, so a
  *     step can be captured in a CUDA graph and replayed with other contexts
  *     up to max_ctx.
- *   k_attn_prefill: flash-attention style for prefill chunks: one CTA per
- *     (tile of query rows of one sequence, kv head); K/V tiles streamed from
- *     the sequence's blocks (earlier cached blocks and the chunk's own, which
+ *   k_attn_prefill: flash-attention-2 style for prefill chunks: one CTA per
+ *     (tile of 64 query vectors of one sequence, kv head); a query vector is
+ *     (row, query head), the heads of a GQA group side by side, so short
+ *     chunks still fill the tile. K/V tiles streamed from the sequence's
+ *     blocks (earlier cached blocks and the chunk's own, which
  *     k_qkv_rope_store has already written), causal by position, online
- *     softmax in F32. Handles variable-length sequences and sequences with a
- *     single row.
+ *     softmax in F32. F16, BF16 and FP8 caches run on tensor cores (wmma):
+ *     Q is rounded to the cache's 16-bit type (F16 for FP8, whose values F16
+ *     holds exactly), S = Q K^T and O += P V accumulate in F32, P is rounded
+ *     to that type before P V (so outputs differ from F32 math by up to
+ *     about 2^-9 |v| for BF16, 2^-12 |v| for F16); F32 caches run SIMT in
+ *     F32. Handles variable-length sequences and sequences with a single row.
+ *   k_attn_prefill_simt: k_attn_prefill on the SIMT F32 kernel for every
+ *     kv_dt (tests and benchmarks compare the two).
  *
  * Semantics (both, and the CPU counterpart kops_attn_group_ref): row r of
  * sequence s = row_seq[r] attends to positions 0..positions[r] of s; position
@@ -32,8 +40,8 @@
  * out_dt: DT_F16, DT_BF16 or DT_F32 (others: ERR_UNSUPPORTED). q, k_cache
  * and v_cache must be 16-byte aligned (vector loads). Other argument errors:
  * ERR_INVAL; n_rows == 0 launches nothing. Plain C launchers, no
- * synchronization; kernels in kernels/cuda/k_attn.cu (SIMT, F32 math);
- * tests: tests/kernels/test_cuda_attn.c.
+ * synchronization; kernels in kernels/cuda/k_attn.cu; tests:
+ * tests/kernels/test_cuda_attn.c.
  *
  * Decode splits: n_splits (at most 32, at most max_ctx / 16) is chosen from
  * n_rows, the heads and max_ctx so that the grid fills the device; each row's
@@ -88,6 +96,7 @@ size_t k_attn_workspace_bytes(int max_rows, int n_heads, int head_dim, int max_c
 
 int k_attn_decode(void *stream, const struct k_attn_args *a);
 int k_attn_prefill(void *stream, const struct k_attn_args *a);
+int k_attn_prefill_simt(void *stream, const struct k_attn_args *a);
 
 #ifdef __cplusplus
 }

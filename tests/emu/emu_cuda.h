@@ -552,6 +552,225 @@ inline double max(double a, float b)
 	return (double)a > (double)b ? (double)a : (double)b;
 }
 
+// ---- warp matrix multiply-accumulate: nvcuda::wmma (<mma.h>) -------------------
+//
+// m16n16k16 with __half / __nv_bfloat16 inputs and float accumulators. CUDA
+// leaves the fragment's element mapping unspecified; here each use maps
+// differently, so a kernel that assumes a mapping or mixes fragments of
+// different uses element-wise gets wrong numbers: element t of lane l is
+// tile element i = 8 l + t in row-major order for a ((row, k)), in
+// column-major order for b ((k, col)), and i = 32 t + l in row-major order
+// for the accumulator. Fragments of one type map alike, so element-wise
+// work between them is legal (as on the device). load/store/mma are warp-wide:
+// every lane of a full warp must call the same one with the same pointer,
+// ldm and layout (checked); pointers 32-byte aligned, ldm a multiple of 16
+// bytes (checked). mma sums in F32 in k order (products of 16-bit values are
+// exact in F32). fill_fragment is per lane.
+
+// Every lane of the calling warp (a full warp) calls this with the same kind
+// and fn; the last to arrive runs fn with all 32 lanes' arg, then all go on.
+void emu_warp_exec(int kind, void *arg, void (*fn)(void *args[32]));
+[[noreturn]] void emu_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+	static_assert(M == 16 && N == 16 && K == 16, "emu: wmma m16n16k16 only");
+	static_assert(std::is_same<Use, accumulator>::value
+			      ? std::is_same<T, float>::value && std::is_void<Layout>::value
+			      : (std::is_same<T, __half>::value ||
+				 std::is_same<T, __nv_bfloat16>::value) &&
+					(std::is_same<Layout, row_major>::value ||
+					 std::is_same<Layout, col_major>::value),
+		      "emu: wmma fragments of __half / __nv_bfloat16 (a, b) and float (accumulator)");
+	typedef T element_type;
+	typedef T storage_element_type;
+	static const int num_elements = 8;
+	T x[8];
+};
+
+template <typename Use, int M, int N, int K, typename T, typename L, typename V>
+inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v)
+{
+	for (int i = 0; i < 8; i++)
+		f.x[i] = (T)v;
+}
+
+} // namespace wmma
+} // namespace nvcuda
+
+inline float emu_wmma_f(float v)
+{
+	return v;
+}
+inline float emu_wmma_f(__half v)
+{
+	return __half2float(v);
+}
+inline float emu_wmma_f(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+
+// One lane's part of a load or store: its fragment and the (shared) address.
+struct emu_wmma_mem {
+	void *frag;
+	const void *ptr;
+	unsigned ldm;
+	bool col; // column-major memory
+};
+
+// Checks that every lane passed the same address, ldm and layout, and the
+// alignment wmma requires; elem: bytes per element in memory.
+inline void emu_wmma_check(void *args[32], size_t elem, const char *what)
+{
+	const emu_wmma_mem *m0 = (const emu_wmma_mem *)args[0];
+	for (int l = 1; l < 32; l++) {
+		const emu_wmma_mem *m = (const emu_wmma_mem *)args[l];
+		if (m->ptr != m0->ptr || m->ldm != m0->ldm || m->col != m0->col)
+			emu_fatal("%s: lanes 0 and %d pass different pointers, ldm or layouts", what, l);
+	}
+	if ((uintptr_t)m0->ptr % 32)
+		emu_fatal("%s: pointer %p not 32-byte aligned", what, m0->ptr);
+	if ((m0->ldm * elem) % 16 || m0->ldm < 16)
+		emu_fatal("%s: ldm %u elements is not a multiple of 16 bytes (or < 16)", what,
+			  m0->ldm);
+}
+
+// Memory offset of tile element (r, c).
+inline size_t emu_wmma_at(const emu_wmma_mem *m, int r, int c)
+{
+	return m->col ? (size_t)c * m->ldm + r : (size_t)r * m->ldm + c;
+}
+
+// The tile element (*r, *c) that element t of lane l holds; use: 0 a, 1 b,
+// 2 accumulator (see above).
+inline void emu_wmma_pos(int use, int l, int t, int *r, int *c)
+{
+	const int i = use == 2 ? 32 * t + l : 8 * l + t;
+	*r = use == 1 ? i % 16 : i / 16;
+	*c = use == 1 ? i / 16 : i % 16;
+}
+
+template <typename T, int USE> void emu_wmma_load(void *args[32])
+{
+	emu_wmma_check(args, sizeof(T), "wmma::load_matrix_sync");
+	for (int l = 0; l < 32; l++) {
+		const emu_wmma_mem *m = (const emu_wmma_mem *)args[l];
+		T *x = (T *)m->frag;
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(USE, l, t, &r, &c);
+			x[t] = ((const T *)m->ptr)[emu_wmma_at(m, r, c)];
+		}
+	}
+}
+
+inline void emu_wmma_store(void *args[32])
+{
+	emu_wmma_check(args, sizeof(float), "wmma::store_matrix_sync");
+	for (int l = 0; l < 32; l++) {
+		const emu_wmma_mem *m = (const emu_wmma_mem *)args[l];
+		const float *x = (const float *)m->frag;
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(2, l, t, &r, &c);
+			((float *)m->ptr)[emu_wmma_at(m, r, c)] = x[t];
+		}
+	}
+}
+
+namespace nvcuda {
+namespace wmma {
+
+template <typename Use, typename T, typename L>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm)
+{
+	static_assert(!std::is_same<Use, accumulator>::value, "emu: accumulator loads take a layout");
+	emu_wmma_mem m = {f.x, p, ldm, std::is_same<L, col_major>::value};
+	emu_warp_exec(1, &m, emu_wmma_load<T, std::is_same<Use, matrix_a>::value ? 0 : 1>);
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
+			     unsigned ldm, layout_t layout)
+{
+	emu_wmma_mem m = {f.x, p, ldm, layout == mem_col_major};
+	emu_warp_exec(2, &m, emu_wmma_load<float, 2>);
+}
+
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
+			      unsigned ldm, layout_t layout)
+{
+	emu_wmma_mem m = {(void *)f.x, p, ldm, layout == mem_col_major};
+	emu_warp_exec(3, &m, emu_wmma_store);
+}
+
+} // namespace wmma
+} // namespace nvcuda
+
+// One lane's part of an mma: its fragments (d may be c).
+struct emu_wmma_mma {
+	void *d;
+	const void *a, *b, *c;
+};
+
+template <typename T> void emu_wmma_mma_run(void *args[32])
+{
+	float A[16][16], B[16][16], D[16][16];
+	for (int l = 0; l < 32; l++) {
+		const emu_wmma_mma *m = (const emu_wmma_mma *)args[l];
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(0, l, t, &r, &c);
+			A[r][c] = emu_wmma_f(((const T *)m->a)[t]);
+			emu_wmma_pos(1, l, t, &r, &c);
+			B[r][c] = emu_wmma_f(((const T *)m->b)[t]);
+			emu_wmma_pos(2, l, t, &r, &c);
+			D[r][c] = ((const float *)m->c)[t];
+		}
+	}
+	float R[16][16];
+	for (int i = 0; i < 16; i++)
+		for (int j = 0; j < 16; j++) {
+			float s = D[i][j];
+			for (int k = 0; k < 16; k++)
+				s += A[i][k] * B[k][j];
+			R[i][j] = s;
+		}
+	for (int l = 0; l < 32; l++) {
+		float *d = (float *)((const emu_wmma_mma *)args[l])->d;
+		for (int t = 0; t < 8; t++) {
+			int r, c;
+			emu_wmma_pos(2, l, t, &r, &c);
+			d[t] = R[r][c];
+		}
+	}
+}
+
+namespace nvcuda {
+namespace wmma {
+
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+		     const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+		     const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+		     const fragment<accumulator, 16, 16, 16, float> &c)
+{
+	emu_wmma_mma m = {d.x, a.x, b.x, c.x};
+	emu_warp_exec(4, &m, emu_wmma_mma_run<T>);
+}
+
+} // namespace wmma
+} // namespace nvcuda
+
 // cuda_runtime.h's C++ overload (declared for nvcc only): a kernel by name.
 template <typename T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int v)
 {

@@ -71,6 +71,7 @@ struct fiber {
 	int w_op, w_param, w_width;
 	unsigned w_mask;
 	uint64_t w_val, w_res;
+	void (*w_fn)(void *args[32]); // emu_warp_exec
 };
 
 struct warp {
@@ -356,6 +357,43 @@ uint64_t emu_warp(enum emu_warp_op op, unsigned mask, uint64_t v, int param, int
 	}
 	w.waiting &= ~mask;
 	return f.w_res;
+}
+
+void emu_warp_exec(int kind, void *arg, void (*fn)(void *args[32]))
+{
+	const unsigned mask = 0xffffffffu;
+	const int me = S.cur, lane = me & 31, w0 = me & ~31;
+	warp &w = S.w[me / 32];
+	fiber &f = S.f[me];
+	if (w.exist != mask)
+		fail_here("warp-wide operation %d in a partial warp (lanes 0x%08x)", kind, w.exist);
+	f.w_op = -1 - kind; // never an emu_warp_op: meeting a shuffle is an error
+	f.w_mask = mask;
+	f.w_val = (uint64_t)(uintptr_t)arg;
+	f.w_param = kind;
+	f.w_width = 32;
+	f.w_fn = fn;
+	w.waiting |= 1u << lane;
+	if (w.waiting != mask) {
+		f.st = F_WARP;
+		switch_to_main();
+		return;
+	}
+	// the last lane runs fn over every lane's argument (the others wait, their
+	// stacks intact), then releases them
+	fiber *L = &S.f[w0];
+	void *args[32];
+	for (int l = 0; l < 32; l++) {
+		const fiber &o = L[l];
+		if (o.w_mask != mask || o.w_op != f.w_op || o.w_fn != fn)
+			fail_here("lanes %d and %d meet in different warp collectives (op %d/%d)", lane,
+				  l, o.w_op, f.w_op);
+		args[l] = (void *)(uintptr_t)o.w_val;
+	}
+	fn(args);
+	for (int l = 0; l < 32; l++)
+		L[l].st = F_RUN;
+	w.waiting = 0;
 }
 
 unsigned emu_activemask(void)

@@ -9,7 +9,10 @@
  * holds (dequantized for BF16 / FP8). Outputs and the decode workspace are
  * pre-filled with NaN so an unwritten value fails. Decode is rerun with the
  * same grid (max_ctx) on shorter contexts and a padding row (position -1,
- * output 0), as a replayed CUDA graph would. Argument errors are checked
+ * output 0), as a replayed CUDA graph would. Prefill of F16, BF16 and FP8
+ * caches runs on tensor cores and is held to a reference with Q rounded as
+ * the kernel rounds it (tol_tc); BF16 and FP8 also run the SIMT kernel
+ * (k_attn_prefill_simt), F32 caches only it. Argument errors are checked
  * first and need no GPU; the rest exits 77 without one. Without a GPU the
  * suite 'emu' (tests/emu) runs this file against the host emulation of the
  * kernels.
@@ -105,6 +108,51 @@ static void tol_for(enum dtype out_dt, float *atol, float *rtol)
 {
 	*atol = 2e-5f;
 	*rtol = out_dt == DT_F16 ? 1.01f / 2048.0f : out_dt == DT_BF16 ? 1.01f / 256.0f : 1e-5f;
+}
+
+/* k_attn_prefill runs F16, BF16 and FP8 caches on tensor cores: Q and P
+ * rounded to 16 bits (BF16 for BF16, F16 otherwise), F32 accumulation. */
+static bool prefill_tc(enum dtype kv_dt)
+{
+	return kv_dt != DT_F32;
+}
+
+static enum dtype tc_type(enum dtype kv_dt)
+{
+	return kv_dt == DT_BF16 ? DT_BF16 : DT_F16;
+}
+
+/* Tensor-core prefill tolerance. The reference gets the same rounded Q, so
+ * the scores agree to F32 noise and what remains is P's rounding before
+ * P·V: out = sum_i p_i (1 + e_i) v_i / sum_i p_i with |e_i| <= u (half an
+ * ulp: 2^-9 BF16, 2^-12 F16; l sums the unrounded p), so
+ * |out - ref| <= u max|v|. F16 also flushes p < 2^-14 to subnormals, an
+ * absolute error <= 2^-25 per position, at most n_ctx 2^-25 max|v| / l with
+ * l >= 1. Plus the F32 allowance of tol_for and the output's rounding. A
+ * bound, not an estimate: the errors are random and mostly far smaller,
+ * which tc_mean_max holds. The kernel is one template for F16 and BF16, so
+ * the F16 cases (8x tighter) hold its indexing and masking; BF16 adds only
+ * its conversions. */
+static void tol_tc(enum dtype kv_dt, enum dtype out_dt, float vmax, int longest, float *atol,
+		   float *rtol)
+{
+	tol_for(out_dt, atol, rtol);
+	const float u = kv_dt == DT_BF16 ? 1.0f / 512.0f : 1.0f / 4096.0f;
+	const float sub = kv_dt == DT_BF16 ? 0.0f : (float)longest / 33554432.0f;
+	*atol += vmax * (u + sub);
+}
+
+/* Mean |got - ref| allowed on the tensor-core path: u max|v| / 4, plus the
+ * output's rounding (rtol * mean |ref|, added in check_out_tol). The
+ * rounding errors e_i are zero-mean and partly cancel: with F32 outputs
+ * the emulation measured means of u max|v| / 13 (one-row sequences at
+ * short contexts, where a few p dominate) to / 33. A systematic error (a
+ * position dropped or counted twice in every row at context n shifts rows
+ * by ~0.3 / n) fails this for n up to ~5000 (F16) / ~700 (BF16) even where
+ * it stays under the element bound. */
+static float tc_mean_max(enum dtype kv_dt, float vmax)
+{
+	return vmax * (kv_dt == DT_BF16 ? 1.0f / 512.0f : 1.0f / 4096.0f) / 4.0f;
 }
 
 static void *xmalloc(size_t bytes)
@@ -309,8 +357,8 @@ static void free_batch(struct batch *b)
 	free(b->v_pool);
 }
 
-static void reference(const struct tcase *c, const struct batch *b, const int32_t *positions,
-		      float *out)
+static void reference(const struct tcase *c, const struct batch *b, const float *q,
+		      const int32_t *positions, float *out)
 {
 	const int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
 	float *scratch = xmalloc((size_t)(b->longest + 1) * sizeof(float));
@@ -318,7 +366,7 @@ static void reference(const struct tcase *c, const struct batch *b, const int32_
 		for (int kvh = 0; kvh < c->n_kv_heads; kvh++) {
 			const size_t off = ((size_t)r * c->n_heads + (size_t)kvh * group) * hd;
 			struct kops_attn_args a = {
-				.q = b->q + off, .out = out + off, .scratch = scratch,
+				.q = q + off, .out = out + off, .scratch = scratch,
 				.k_cache = b->k_ref, .v_cache = b->v_ref, .kv_dtype = DT_F32,
 				.block_table = b->tables + (size_t)b->row_seq[r] * b->mbps,
 				.block_size = c->block_size,
@@ -332,20 +380,40 @@ static void reference(const struct tcase *c, const struct batch *b, const int32_
 	free(scratch);
 }
 
-static void check_out(const char *what, const struct tcase *c, void *d_out, size_t n,
-		      const float *ref)
+/* Compares d_out to ref element-wise (atol, rtol) and, when mean_max > 0,
+ * the mean |got - ref| against mean_max + rtol * mean |ref|. */
+static void check_out_tol(const char *what, const struct tcase *c, void *d_out, size_t n,
+			  const float *ref, float atol, float rtol, float mean_max)
 {
 	void *h = xmalloc(n * esize(c->out_dt));
 	float *got = xmalloc(n * sizeof(float));
 	kc_download(h, d_out, n * esize(c->out_dt));
 	kc_unpack(h, n, c->out_dt, got);
-	float atol, rtol;
-	tol_for(c->out_dt, &atol, &rtol);
 	char label[256];
 	snprintf(label, sizeof label, "%s: %s", c->name, what);
 	kc_compare(label, got, ref, n, atol, rtol);
+	if (mean_max > 0.0f) {
+		/* counted as one more check: the mean error against 0 */
+		double sum = 0.0, sum_ref = 0.0;
+		for (size_t i = 0; i < n; i++) {
+			sum += fabs((double)got[i] - (double)ref[i]);
+			sum_ref += fabs((double)ref[i]);
+		}
+		const double nn = (double)(n ? n : 1);
+		const float mean = (float)(sum / nn), zero = 0.0f;
+		snprintf(label, sizeof label, "%s: %s, mean |diff|", c->name, what);
+		kc_compare(label, &mean, &zero, 1, mean_max + rtol * (float)(sum_ref / nn), 0.0f);
+	}
 	free(h);
 	free(got);
+}
+
+static void check_out(const char *what, const struct tcase *c, void *d_out, size_t n,
+		      const float *ref)
+{
+	float atol, rtol;
+	tol_for(c->out_dt, &atol, &rtol);
+	check_out_tol(what, c, d_out, n, ref, atol, rtol, 0.0f);
 }
 
 static void test_case(const struct tcase *c, uint64_t seed, void *stream)
@@ -357,7 +425,19 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	const size_t n_out = (size_t)b.n_rows * c->n_heads * c->head_dim;
 	const size_t kvb = b.pool_elems * esize(c->kv_dt);
 	float *ref = xmalloc(n_out * sizeof(float));
-	reference(c, &b, b.positions, ref);
+	reference(c, &b, b.q, b.positions, ref);
+	/* the tensor-core prefill's reference: Q rounded as the kernel rounds it */
+	float *ref_tc = NULL, vmax = 0.0f;
+	if (prefill_tc(c->kv_dt)) {
+		float *q16 = xmalloc(n_out * sizeof(float));
+		memcpy(q16, b.q, n_out * sizeof(float));
+		kc_round(q16, n_out, tc_type(c->kv_dt));
+		ref_tc = xmalloc(n_out * sizeof(float));
+		reference(c, &b, q16, b.positions, ref_tc);
+		free(q16);
+		for (size_t i = 0; i < b.pool_elems; i++)
+			vmax = fabsf(b.v_ref[i]) > vmax ? fabsf(b.v_ref[i]) : vmax;
+	}
 
 	const bool fp8 = c->kv_dt == DT_F8_E4M3;
 	const int max_ctx = b.longest + c->max_ctx_extra;
@@ -387,7 +467,23 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
 	kc_ok(k_attn_prefill(stream, &a), "k_attn_prefill");
 	kc_sync("k_attn_prefill");
-	check_out("prefill", c, d_out, n_out, ref);
+	if (ref_tc) {
+		float atol, rtol;
+		tol_tc(c->kv_dt, c->out_dt, vmax, b.longest, &atol, &rtol);
+		check_out_tol("prefill (tensor cores)", c, d_out, n_out, ref_tc, atol, rtol,
+			      tc_mean_max(c->kv_dt, vmax));
+	}
+	/* the SIMT kernel on the same cache (F32 math, F32 tolerance): F32 caches
+	 * always, BF16 and FP8 through k_attn_prefill_simt (F16 loads as the
+	 * decode cases check; left out to keep the emulated run short) */
+	if (c->kv_dt == DT_BF16 || c->kv_dt == DT_F8_E4M3) {
+		kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
+		kc_ok(k_attn_prefill_simt(stream, &a), "k_attn_prefill_simt");
+		kc_sync("k_attn_prefill_simt");
+		check_out("prefill (SIMT)", c, d_out, n_out, ref);
+	} else if (!ref_tc) {
+		check_out("prefill (SIMT)", c, d_out, n_out, ref);
+	}
 
 	/* decode on the same rows */
 	kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
@@ -403,7 +499,7 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	for (int r = 0; r < b.n_rows; r++)
 		pos2[r] = (int32_t)kc_below(&rng, (uint32_t)b.positions[r] + 1);
 	pos2[0] = -1;
-	reference(c, &b, pos2, ref);
+	reference(c, &b, b.q, pos2, ref);
 	kc_ok(k_cuda_memcpy_h2d(d_pos, pos2, (size_t)b.n_rows * sizeof(int32_t)), "upload pos2");
 	kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
 	kc_ok(k_attn_decode(stream, &a), "k_attn_decode (shorter contexts)");
@@ -411,6 +507,7 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	check_out("decode, shorter contexts + padding row", c, d_out, n_out, ref);
 
 	free(pos2);
+	free(ref_tc);
 	kc_dev_free(d_q);
 	kc_dev_free(d_k);
 	kc_dev_free(d_v);
@@ -444,8 +541,10 @@ static float time_ms(void *stream, int (*fn)(void *, const struct k_attn_args *)
 	return ms / iters;
 }
 
-/* 32/8 heads, head_dim 128, BF16 KV, block 16: decode of 64 sequences at
- * context 4096, prefill of one 2048-row chunk from position 0. */
+/* 32/8 heads, head_dim 128, BF16 KV, block 16 (Llama-3-8B): decode of 64
+ * sequences at context 4096, prefill of one 2048-row chunk from position 0
+ * on tensor cores and on the SIMT kernel. The buffers hold zeros (timing
+ * only; the emulator skips these launches). */
 static void bench(void *stream)
 {
 	const int hd = 128, nh = 32, nkv = 8, bs = 16, ctx = 4096, n_dec = 64, n_pre = 2048;
@@ -487,10 +586,15 @@ static void bench(void *stream)
 	a.n_rows = n_pre;
 	a.n_seqs = 1;
 	a.max_rows_per_seq = n_pre;
-	ms = time_ms(stream, k_attn_prefill, &a, 5);
-	double flops = 4.0 * nh * hd * ((double)n_pre * (n_pre + 1) / 2);
-	printf("bench prefill: %d rows from 0, 32/8 heads, hd 128, bf16 KV: %.3f ms, %.1f TFLOP/s\n",
-	       n_pre, ms, flops / (ms * 1e9));
+	/* causal FLOPs: 4 hd n_heads sum over rows of (pos + 1) */
+	const double flops = 4.0 * nh * hd * ((double)n_pre * (n_pre + 1) / 2);
+	const float ms_tc = time_ms(stream, k_attn_prefill, &a, 10);
+	const float ms_simt = time_ms(stream, k_attn_prefill_simt, &a, 3);
+	printf("bench prefill: %d rows from 0, 32/8 heads, hd 128, bf16 KV, block %d: "
+	       "tensor cores %.3f ms (%.1f TFLOP/s, x32 layers %.1f ms), "
+	       "SIMT %.3f ms (%.1f TFLOP/s, x32 layers %.1f ms)\n",
+	       n_pre, bs, ms_tc, flops / (ms_tc * 1e9), 32.0 * ms_tc, ms_simt,
+	       flops / (ms_simt * 1e9), 32.0 * ms_simt);
 	kc_sync("bench");
 	kc_dev_free(d_k);
 	kc_dev_free(d_v);

@@ -24,10 +24,10 @@ namespace {
 // row's own context, so short contexts get short splits; n_splits depends on
 // n_rows, the heads and max_ctx only (enough CTAs to fill the device), so the
 // grid of a captured graph stays valid for every context up to max_ctx.
-constexpr int SPLIT_ROUND = 16;
-constexpr int MIN_SPLIT = 16;	     // max_ctx / MIN_SPLIT bounds the splits
+constexpr int SPLIT_ROUND = 32;
+constexpr int MIN_SPLIT = 32;	     // max_ctx / MIN_SPLIT bounds the splits
 constexpr int MAX_SPLITS = 32;
-constexpr int DEC_TARGET_CTAS = 1024; // about 8 CTAs of 128 threads per SM on 132 SMs
+constexpr int DEC_TARGET_CTAS = 16384; // short splits: a CTA walks its positions in sequence
 constexpr int DEC_THREADS = 128;
 constexpr int DEC_HEADS = 8; // query heads of one kv head handled by one decode CTA
 constexpr int PF_THREADS = 256;
@@ -326,9 +326,14 @@ __global__ void __launch_bounds__(DEC_THREADS)
 }
 
 // One CTA per (row, query head), one thread per dim: log-sum-exp merge of
-// the splits that hold part of the row's context.
+// the splits that hold part of the row's context. Warp 0 turns the splits'
+// (max, sum) into weights exp(m_i - M) and the total L with warp collectives
+// (n_splits <= 32, one lane each); then each dim sums its splits' weighted
+// accumulators, loads independent of each other.
 __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 {
+	__shared__ float sw[MAX_SPLITS];
+	__shared__ float s_l;
 	const int r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
 	const int len = split_len_of(n_ctx, g.n_splits);
@@ -338,21 +343,24 @@ __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 	const float *ws = (const float *)a.workspace;
 	const float *ml = ws + hrow * g.n_splits * 2;
 	const float *acc = ws + n_part * 2 + hrow * g.n_splits * hd;
-	float M = -INFINITY;
-	for (int i = 0; i < n_used; i++)
-		M = fmaxf(M, ml[2 * i]);
+	if (threadIdx.x < 32) { // blockDim.x = head_dim >= 64: warp 0 is whole
+		const int i = threadIdx.x;
+		const float mi = i < n_used ? ml[2 * i] : -INFINITY;
+		const float li = i < n_used ? ml[2 * i + 1] : 0.0f;
+		const float M = kcu_warp_max(mi);
+		const float w = mi == -INFINITY ? 0.0f : expf(mi - M); // M is finite here
+		const float L = kcu_warp_sum(w * li);
+		sw[i] = w;
+		if (i == 0)
+			s_l = L;
+	}
+	__syncthreads();
+	const float L = s_l;
 	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-		float L = 0.0f, A = 0.0f;
-		if (M != -INFINITY) {
-			for (int i = 0; i < n_used; i++) {
-				const float mi = ml[2 * i];
-				if (mi == -INFINITY)
-					continue;
-				const float w = expf(mi - M);
-				L = fmaf(w, ml[2 * i + 1], L);
-				A = fmaf(w, acc[(size_t)i * hd + d], A);
-			}
-		}
+		float A = 0.0f;
+#pragma unroll 4
+		for (int i = 0; i < n_used; i++)
+			A = fmaf(sw[i], acc[(size_t)i * hd + d], A);
 		kcu_store(a.out, a.out_dt, hrow * hd + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
 	}
 }

@@ -43,13 +43,13 @@
  * synchronization; kernels in kernels/cuda/k_attn.cu; tests:
  * tests/kernels/test_cuda_attn.c.
  *
- * Decode splits: n_splits (at most 32, at most max_ctx / 16) is chosen from
+ * Decode splits: n_splits (at most 32, at most max_ctx / 32) is chosen from
  * n_rows, the heads and max_ctx so that the grid fills the device; each row's
- * own context is cut into n_splits equal splits (rounded up to 16 positions)
+ * own context is cut into n_splits equal splits (rounded up to 32 positions)
  * inside the kernels, so a short context on a long-max_ctx graph still spreads
  * over many CTAs. Positions at or past max_ctx (or past the block table,
  * max_blocks_per_seq * block_size) are not attended: max_ctx must bound every
- * positions[r] + 1. The workspace is needed only when max_ctx > 16
+ * positions[r] + 1. The workspace is needed only when max_ctx > 32
  * (k_attn_workspace_bytes: 0 when one split always suffices).
  * Prefill reads seq_start, positions and max_rows_per_seq (not row_seq or
  * max_ctx); decode reads row_seq, positions and max_ctx (not seq_start).

@@ -244,9 +244,9 @@ static void test_errors(void)
 
 	/* workspace: none for one split, enough for the splits, never shrinking
 	 * as max_ctx or the rows grow (a buffer sized once serves smaller launches) */
-	if (k_attn_workspace_bytes(4, 8, 64, 16) != 0)
-		kc_fail("workspace for max_ctx 16 should be 0 (one split)");
-	if (k_attn_workspace_bytes(4, 8, 64, 17) < (size_t)4 * 8 * 2 * 66 * 4)
+	if (k_attn_workspace_bytes(4, 8, 64, 32) != 0)
+		kc_fail("workspace for max_ctx 32 should be 0 (one split)");
+	if (k_attn_workspace_bytes(4, 8, 64, 33) < (size_t)4 * 8 * 2 * 66 * 4)
 		kc_fail("workspace for 2 splits too small");
 	if (k_attn_workspace_bytes(4, 32, 128, 4097) < (size_t)4 * 32 * 32 * 130 * 4)
 		kc_fail("workspace for 32 splits too small");

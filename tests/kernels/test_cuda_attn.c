@@ -11,8 +11,9 @@
  * same grid (max_ctx) on shorter contexts and a padding row (position -1,
  * output 0), as a replayed CUDA graph would. Prefill of F16, BF16 and FP8
  * caches runs on tensor cores and is held to a reference with Q rounded as
- * the kernel rounds it (tol_tc); BF16 and FP8 also run the SIMT kernel
- * (k_attn_prefill_simt), F32 caches only it. Argument errors are checked
+ * the kernel rounds it (tol_tc); the smaller cases rerun it with the last
+ * row a padding row (output 0) and, for BF16 and FP8, run the SIMT kernel
+ * (k_attn_prefill_simt) too; F32 caches run only SIMT. Argument errors are checked
  * first and need no GPU; the rest exits 77 without one. Without a GPU the
  * suite 'emu' (tests/emu) runs this file against the host emulation of the
  * kernels.
@@ -31,6 +32,9 @@
 
 #define POISON_BLOCK 0x3fffffff
 #define MAX_SEQS 8
+/* The second prefill runs (a padding row; the SIMT kernel on BF16 / FP8)
+ * only on cases of at most this many outputs: the emulated suite's time. */
+#define RERUN_MAX_OUT 250000
 
 /* One sequence of a batch: `rows` query rows at consecutive positions
  * first_pos .. first_pos + rows - 1 (the cache holds all of them). */
@@ -473,10 +477,27 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 		check_out_tol("prefill (tensor cores)", c, d_out, n_out, ref_tc, atol, rtol,
 			      tc_mean_max(c->kv_dt, vmax));
 	}
+	if (ref_tc && n_out <= RERUN_MAX_OUT) {
+		float atol, rtol;
+		tol_tc(c->kv_dt, c->out_dt, vmax, b.longest, &atol, &rtol);
+		/* the last row a padding row (position -1): its output 0, the others unchanged */
+		const int pr = b.n_rows - 1;
+		const int32_t pad = -1;
+		const size_t row_elems = (size_t)c->n_heads * c->head_dim;
+		kc_ok(k_cuda_memcpy_h2d((int32_t *)d_pos + pr, &pad, sizeof pad), "pad row");
+		memset(ref_tc + (size_t)pr * row_elems, 0, row_elems * sizeof(float));
+		kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
+		kc_ok(k_attn_prefill(stream, &a), "k_attn_prefill (padding row)");
+		kc_sync("k_attn_prefill (padding row)");
+		check_out_tol("prefill (tensor cores), last row padding", c, d_out, n_out, ref_tc,
+			      atol, rtol, 0.0f);
+		kc_ok(k_cuda_memcpy_h2d((int32_t *)d_pos + pr, &b.positions[pr], sizeof pad),
+		      "unpad row");
+	}
 	/* the SIMT kernel on the same cache (F32 math, F32 tolerance): F32 caches
-	 * always, BF16 and FP8 through k_attn_prefill_simt (F16 loads as the
-	 * decode cases check; left out to keep the emulated run short) */
-	if (c->kv_dt == DT_BF16 || c->kv_dt == DT_F8_E4M3) {
+	 * always, BF16 and FP8 through k_attn_prefill_simt on the small cases
+	 * (its F16 loads are the decode kernel's; left out for time) */
+	if ((c->kv_dt == DT_BF16 || c->kv_dt == DT_F8_E4M3) && n_out <= RERUN_MAX_OUT) {
 		kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
 		kc_ok(k_attn_prefill_simt(stream, &a), "k_attn_prefill_simt");
 		kc_sync("k_attn_prefill_simt");

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cuda/kcuda_sample.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -361,20 +362,34 @@ static int cmp_double(const void *a, const void *b)
 
 /* Decode steps of B sequences; sequence s owns blocks [s*mb, s*mb+mb).
  * *step_s is the median step time (other processes share these cores:
- * the median is steadier than the mean). */
+ * the median is steadier than the mean). Where the engine samples on its
+ * device (CUDA), a step is what the server runs: engine_forward_sample with
+ * greedy rows, only the tokens coming back; elsewhere engine_forward. */
 static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, int mb,
 		      double *step_s)
 {
 	const int bs = 16;
-	int32_t *buf = malloc(sizeof(int32_t) * ((size_t)B * (6 + mb) + 1));
-	float *logits = malloc((size_t)B * vocab * sizeof(float));
+	const bool dev_sample = engine_samples_on_device(e);
+	int32_t *buf = malloc(sizeof(int32_t) * ((size_t)B * (7 + mb) + 1));
+	float *logits = dev_sample ? NULL : malloc((size_t)B * vocab * sizeof(float));
 	double *times = malloc(sizeof(double) * (size_t)steps);
-	if (!buf || !logits || !times) {
-		free(buf), free(logits), free(times);
+	struct k_sample_row *srows = calloc((size_t)B, sizeof *srows);
+	/* the sampler's other outputs: logprob, rank, top ids and logprobs */
+	int32_t *s_rank = malloc((size_t)B * (1 + K_SAMPLE_MAX_TOP) * sizeof(int32_t));
+	float *s_lp = malloc((size_t)B * (1 + K_SAMPLE_MAX_TOP) * sizeof(float));
+	if (!buf || (!dev_sample && !logits) || !times || !srows || !s_rank || !s_lp) {
+		free(buf), free(logits), free(times), free(srows), free(s_rank), free(s_lp);
 		return ERR_NOMEM;
 	}
+	for (int s = 0; s < B; s++) {
+		srows[s].greedy = 1;
+		srows[s].n_logprobs = -1;
+		srows[s].inv_temperature = 1.0f;
+		srows[s].top_p = 1.0f;
+		srows[s].repetition_penalty = 1.0f;
+	}
 	int32_t *tok = buf, *pos = tok + B, *slots = pos + B, *ctx = slots + B, *rows = ctx + B,
-		*start = rows + B, *table = start + B + 1;
+		*start = rows + B, *table = start + B + 1, *sampled = table + (size_t)B * mb;
 	for (int s = 0; s < B; s++)
 		for (int j = 0; j < mb; j++)
 			table[s * mb + j] = s * mb + j;
@@ -394,8 +409,11 @@ static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, i
 					  .slot_mapping = slots, .n_seqs = B, .seq_start = start,
 					  .context_len = ctx, .block_tables = table,
 					  .max_blocks_per_seq = mb, .n_logits = B, .logits_rows = rows };
+		struct k_sample_args sa = { .n_rows = B, .vocab = vocab, .rows = srows,
+					    .token = sampled, .logprob = s_lp, .rank = s_rank,
+					    .top_ids = s_rank + B, .top_logprobs = s_lp + B };
 		double t0 = now_s();
-		rc = engine_forward(e, &b, logits);
+		rc = dev_sample ? engine_forward_sample(e, &b, &sa) : engine_forward(e, &b, logits);
 		if (it > 0)
 			times[it - 1] = now_s() - t0;
 	}
@@ -403,7 +421,7 @@ static int run_decode(struct engine *e, int B, int ctx0, int steps, int vocab, i
 		qsort(times, (size_t)steps, sizeof(double), cmp_double);
 		*step_s = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
 	}
-	free(buf), free(logits), free(times);
+	free(buf), free(logits), free(times), free(srows), free(s_rank), free(s_lp);
 	return rc;
 }
 

@@ -29,7 +29,7 @@ constexpr int MIN_SPLIT = 32;	     // max_ctx / MIN_SPLIT bounds the splits
 constexpr int MAX_SPLITS = 32;
 constexpr int DEC_TARGET_CTAS = 16384; // short splits: a CTA walks its positions in sequence
 constexpr int DEC_THREADS = 128;
-constexpr int DEC_HEADS = 8; // query heads of one kv head handled by one decode CTA
+constexpr int DEC_HEADS = 8; // most query heads of one kv head handled by one decode CTA
 constexpr int PF_THREADS = 256;
 
 // Prefill tile per head_dim: QN query vectors (row x head pairs) per CTA,
@@ -155,30 +155,30 @@ __device__ __forceinline__ void zero8(float f[8])
 // ---- decode: one CTA per (row, kv head x head chunk, split) ------------------------
 //
 // A warp covers RPW positions at a time, LPR = HD / 8 lanes per position, each
-// lane holding 8 dims of K, V and the accumulators of up to DEC_HEADS query
+// lane holding 8 dims of K, V and the accumulators of up to NH (4 or 8) query
 // heads (the queries sit in shared memory; K/V are prefetched one step ahead).
 // Every subgroup of LPR lanes keeps its own running max/sum per query head;
 // the CTA merges its subgroups through shared memory and either writes the
 // output (one split) or a partial (max, sum, acc) for attn_merge_kernel.
 
-template <int HD, typename KT>
-__global__ void __launch_bounds__(DEC_THREADS)
+template <int HD, typename KT, int NH>
+__global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	attn_decode_kernel(const k_attn_args a, const attn_geo g)
 {
 	constexpr int LPR = HD / 8;
 	constexpr int RPW = 32 / LPR;
 	constexpr int NWARP = DEC_THREADS / 32;
 	constexpr int NSG = DEC_THREADS / LPR;
-	__shared__ float sm_m[NSG][DEC_HEADS];
-	__shared__ float sm_l[NSG][DEC_HEADS];
-	__shared__ __align__(16) float sm_acc[NSG][DEC_HEADS][HD];
-	__shared__ __align__(16) float sm_q[DEC_HEADS][HD];
+	__shared__ float sm_m[NSG][NH];
+	__shared__ float sm_l[NSG][NH];
+	__shared__ __align__(16) float sm_acc[NSG][NH][HD];
+	__shared__ __align__(16) float sm_q[NH][HD];
 
 	const int r = blockIdx.x;
 	const int kvh = blockIdx.y / g.n_hchunks;
-	const int hbeg = (blockIdx.y % g.n_hchunks) * DEC_HEADS; // within the group
+	const int hbeg = (blockIdx.y % g.n_hchunks) * NH; // within the group
 	const int h0 = kvh * g.group + hbeg;			  // first query head
-	const int ng = min(DEC_HEADS, g.group - hbeg);
+	const int ng = min(NH, g.group - hbeg);
 	const int split = blockIdx.z;
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
 	const int split_len = split_len_of(n_ctx, g.n_splits);
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 	// the chunk's queries in shared memory (registers go to acc and the
 	// prefetched K/V, so that more CTAs fit on an SM)
-	for (int e = tid; e < DEC_HEADS * (HD / 4); e += DEC_THREADS) {
+	for (int e = tid; e < NH * (HD / 4); e += DEC_THREADS) {
 		const int h = e / (HD / 4), d = (e % (HD / 4)) * 4;
 		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (h < ng)
@@ -205,9 +205,9 @@ __global__ void __launch_bounds__(DEC_THREADS)
 	}
 	__syncthreads();
 
-	float acc[DEC_HEADS][8], m[DEC_HEADS], l[DEC_HEADS];
+	float acc[NH][8], m[NH], l[NH];
 #pragma unroll
-	for (int h = 0; h < DEC_HEADS; h++) {
+	for (int h = 0; h < NH; h++) {
 		m[h] = -INFINITY;
 		l[h] = 0.0f;
 		zero8(acc[h]);
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 	auto visit = [&](int t, const float k[8], const float v[8]) {
 		const bool valid = t < t_end;
 #pragma unroll
-		for (int h = 0; h < DEC_HEADS; h++) {
+		for (int h = 0; h < NH; h++) {
 			if (h >= ng) // uniform over the CTA
 				continue;
 			const float4 qa = *reinterpret_cast<const float4 *>(&sm_q[h][d0]);
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 	}
 
 #pragma unroll
-	for (int h = 0; h < DEC_HEADS; h++) {
+	for (int h = 0; h < NH; h++) {
 		if (li == 0) {
 			sm_m[sg][h] = m[h];
 			sm_l[sg][h] = l[h];
@@ -918,7 +918,12 @@ int check_common(const k_attn_args *a, attn_geo *g, bool *empty)
 template <int HD, typename KT> int launch_decode(cudaStream_t st, const k_attn_args &a, const attn_geo &g)
 {
 	dim3 grid((unsigned)a.n_rows, (unsigned)(a.n_kv_heads * g.n_hchunks), (unsigned)g.n_splits);
-	attn_decode_kernel<HD, KT><<<grid, DEC_THREADS, 0, st>>>(a, g);
+	// NH = g.hc: 4 query heads per CTA for GQA groups up to 4 (half the
+	// accumulators and shared memory of 8: more CTAs per SM), else 8
+	if (g.hc == 4)
+		attn_decode_kernel<HD, KT, 4><<<grid, DEC_THREADS, 0, st>>>(a, g);
+	else
+		attn_decode_kernel<HD, KT, DEC_HEADS><<<grid, DEC_THREADS, 0, st>>>(a, g);
 	int rc = kcu_launched("attn_decode_kernel");
 	if (rc || g.n_splits == 1)
 		return rc;
@@ -1051,8 +1056,8 @@ extern "C" int k_attn_decode(void *stream, const struct k_attn_args *a)
 		return rc;
 	if (!a->row_seq || a->max_ctx <= 0)
 		return ERR_INVAL;
-	g.hc = DEC_HEADS;
-	g.n_hchunks = (g.group + DEC_HEADS - 1) / DEC_HEADS;
+	g.hc = g.group <= 4 ? 4 : DEC_HEADS;
+	g.n_hchunks = (g.group + g.hc - 1) / g.hc;
 	if ((long long)a->n_kv_heads * g.n_hchunks > 65535)
 		return ERR_INVAL;
 	g.n_splits = n_splits_for(a->n_rows, a->n_kv_heads * g.n_hchunks, a->max_ctx);

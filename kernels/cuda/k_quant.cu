@@ -500,12 +500,102 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 	}
 }
 
+// One code by the rules above (s and inv from the row's amax).
+template <bool FP8> __device__ __forceinline__ uint8_t quant_one(float v, float s, float inv)
+{
+	if (FP8)
+		return s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s), __NV_SATFINITE,
+		                                                 __NV_E4M3)
+		                : (uint8_t)0;
+	v = __fmul_rn(v, inv);
+	v = v > -127.0f ? v : -127.0f;
+	v = v < 127.0f ? v : 127.0f;
+	return (uint8_t)(int8_t)__float2int_rn(v);
+}
+
+// The same for 16-bit X with k a multiple of 8 and 16-byte aligned rows:
+// 16-byte loads of 8 values, 8-byte stores of their codes, two loads in
+// flight per thread in the amax pass; the second pass re-reads the row
+// (L1/L2 hits). The scalar kernel moved 2 bytes per load, 1 per store
+// (H200: 34 us for 2048 x 4096, 106 us for 2048 x 14336).
+template <bool FP8, bool BF16>
+__global__ void __launch_bounds__(QUANT_THREADS)
+    quant_rows_vec_kernel(const uint16_t *__restrict__ x, int k, uint8_t *__restrict__ xq,
+                          float *__restrict__ scale)
+{
+	__shared__ float red[QUANT_THREADS / 32];
+	const int ng = k / 8;
+	const uint4 *row = reinterpret_cast<const uint4 *>(x + (size_t)blockIdx.x * k);
+	uint2 *out = reinterpret_cast<uint2 *>(xq + (size_t)blockIdx.x * k);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	auto vals = [](uint4 u, float f[8]) { load8(u, BF16 ? DT_BF16 : DT_F16, f); };
+	float m = 0.0f; // fmaxf skips NaN, as the CPU's "if (v > a)" does
+	int g = threadIdx.x;
+	for (; g + QUANT_THREADS < ng; g += 2 * QUANT_THREADS) {
+		const uint4 a = row[g], b = row[g + QUANT_THREADS];
+		float f[8], h[8];
+		vals(a, f);
+		vals(b, h);
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			m = fmaxf(m, fmaxf(fabsf(f[i]), fabsf(h[i])));
+	}
+	for (; g < ng; g += QUANT_THREADS) {
+		float f[8];
+		vals(row[g], f);
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			m = fmaxf(m, fabsf(f[i]));
+	}
+	m = kcu_warp_max(m);
+	if (lane == 0)
+		red[warp] = m;
+	__syncthreads();
+	float amax = red[0];
+	for (int i = 1; i < QUANT_THREADS / 32; i++)
+		amax = fmaxf(amax, red[i]);
+	const float s = __fdiv_rn(amax, FP8 ? 448.0f : 127.0f);
+	const float inv = !FP8 && s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+	if (threadIdx.x == 0)
+		scale[blockIdx.x] = s;
+	for (g = threadIdx.x; g < ng; g += QUANT_THREADS) {
+		float f[8];
+		vals(row[g], f);
+		uint32_t lo = 0, hi = 0;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			lo |= (uint32_t)quant_one<FP8>(f[i], s, inv) << (8 * i);
+			hi |= (uint32_t)quant_one<FP8>(f[4 + i], s, inv) << (8 * i);
+		}
+		out[g] = make_uint2(lo, hi);
+	}
+}
+
 extern "C" int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k,
                             enum dtype q_dt, void *d_xq, float *d_scale)
 {
 	if (!d_x || !d_xq || !d_scale || t <= 0 || k <= 0 || !kcu_is_16bit_or_f32(x_dt))
 		return ERR_INVAL;
 	cudaStream_t st = (cudaStream_t)stream;
+	if ((q_dt == DT_F8_E4M3 || q_dt == DT_I8) && (x_dt == DT_F16 || x_dt == DT_BF16) &&
+	    k % 8 == 0 && ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_xq & 7) == 0) {
+		const bool f8 = q_dt == DT_F8_E4M3, bf = x_dt == DT_BF16;
+		uint8_t *q = (uint8_t *)d_xq;
+		const uint16_t *xs = (const uint16_t *)d_x;
+		if (f8 && bf)
+			quant_rows_vec_kernel<true, true><<<(unsigned)t, QUANT_THREADS, 0, st>>>(xs, k, q,
+			                                                                        d_scale);
+		else if (f8)
+			quant_rows_vec_kernel<true, false><<<(unsigned)t, QUANT_THREADS, 0, st>>>(xs, k, q,
+			                                                                         d_scale);
+		else if (bf)
+			quant_rows_vec_kernel<false, true><<<(unsigned)t, QUANT_THREADS, 0, st>>>(xs, k, q,
+			                                                                         d_scale);
+		else
+			quant_rows_vec_kernel<false, false><<<(unsigned)t, QUANT_THREADS, 0, st>>>(
+			    xs, k, q, d_scale);
+		return kcu_launched("k_quant_rows");
+	}
 	if (q_dt == DT_F8_E4M3)
 		quant_rows_kernel<true>
 		    <<<(unsigned)t, QUANT_THREADS, 0, st>>>(d_x, x_dt, k, (uint8_t *)d_xq, d_scale);

@@ -341,12 +341,16 @@ static void gpu_quant(const float *x, int t, int k, enum dtype x_dt, enum dtype 
 
 static void test_quant_rows(struct kc_rng *r)
 {
+	/* every X dtype at every width: 16-bit X with k % 8 == 0 takes the
+	 * vector kernel (k = 1000: fewer groups than threads; 14336: a partial
+	 * double step), the rest the scalar one */
 	static const int shapes[][2] = {{1, 4096}, {37, 1000}, {5, 14336}, {3, 7}};
 	static const enum dtype xdts[] = {DT_F16, DT_BF16, DT_F32};
-	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+	for (size_t c = 0; c < 3 * sizeof shapes / sizeof shapes[0]; c++) {
+		const size_t s = c / 3;
 		const int t = shapes[s][0], k = shapes[s][1];
 		const size_t nx = (size_t)t * k;
-		const enum dtype x_dt = xdts[s % 3];
+		const enum dtype x_dt = xdts[c % 3];
 		float *x = xmalloc(nx * sizeof(float));
 		float *codes = xmalloc(nx * sizeof(float)), *ref = xmalloc(nx * sizeof(float));
 		float *sc = xmalloc((size_t)t * sizeof(float)),

@@ -596,7 +596,9 @@ __global__ void __launch_bounds__(PF_THREADS)
 // convert for FP8 (staged as F16); positions past the tile's last are zeros
 // (P = 0 times a NaN would be NaN). Dynamic shared memory (bytes):
 //   K0 | V0 | K1 | V1 (each [BN][HD + 8] 16-bit) | Q [TC_BM][HD + 8] (16-bit;
-//   placed on K1 V1 when Q goes to registers) | qlast[TC_BM] (int)
+//   placed on K1 V1 when Q goes to registers) | qlast[TC_BM] (int; on K1
+//   when Q stays in shared memory, HD 256: 99 KB in all, an sm_89 CTA's most)
+// K1 V1 are first written by tile 1, after the prologue's last barrier.
 // The + 8 pad makes rows 16-byte aligned and the eight rows of an ldmatrix
 // or of a cp.async row of lanes fall in distinct banks.
 
@@ -610,10 +612,12 @@ template <int HD> struct tc_cfg {
 	static constexpr size_t TILE = (size_t)BN * LD * 2; // one K or V tile
 	static constexpr size_t QB = (size_t)TC_BM * LD * 2;
 	static constexpr size_t Q = QREG ? 2 * TILE : 4 * TILE;
-	static constexpr size_t QL = QREG ? 4 * TILE : 4 * TILE + QB;
-	static constexpr size_t bytes = QL + (size_t)TC_BM * 4;
+	static constexpr size_t QL = QREG ? 4 * TILE : 2 * TILE;
+	static constexpr size_t bytes = QREG ? QL + (size_t)TC_BM * 4 : 4 * TILE + QB;
 	static constexpr int MIN_CTAS = HD <= 128 ? 3 : 2; // per SM (registers, shared memory)
 	static_assert(!QREG || QB <= 2 * TILE, "Q fits on the second K/V buffer");
+	static_assert(QREG || TC_BM * 4 <= 2 * TILE, "qlast fits on the second K/V buffer");
+	static_assert(bytes <= 99 * 1024, "fits an sm_89 CTA (99 KB)");
 	static_assert(TILE % 16 == 0 && QB % 16 == 0, "16-byte aligned regions");
 };
 
@@ -714,7 +718,26 @@ __global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 	const int g8 = lane / 4, t4 = lane % 4; // the MMA layout's row group and pair
 	const int32_t *table = a.block_tables + (size_t)s * a.max_blocks_per_seq;
 
-	// Q tile rounded to MT (unused query vectors are zero), each query's last position
+	// each query's last position; tile 0 starts loading before Q
+	for (int qv = tid; qv < BM; qv += TC_THREADS) {
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		qlast[qv] = row < row_end && h < ng ? row_ctx(a.positions[row], g.ctx_limit) - 1 : -1;
+	}
+	__syncthreads();
+	int tmax = -1, wlast = -1;
+	for (int i = 0; i < BM; i++)
+		tmax = max(tmax, qlast[i]);
+	for (int i = 0; i < 16; i++)
+		wlast = max(wlast, qlast[warp * 16 + i]); // uniform over the warp
+	const int n_kv = tmax + 1; // positions the tile reads: 0 .. tmax
+	const int last0 = qlast[warp * 16 + g8], last1 = qlast[warp * 16 + g8 + 8];
+	if (n_kv > 0) { // into buffer 0 (neither Q's nor qlast's place)
+		MT *K0 = reinterpret_cast<MT *>(base);
+		tc_load<HD, KT>(a, table, kvh, 0, n_kv, K0, K0 + BN * LD);
+	}
+	kmma_commit();
+
+	// Q tile rounded to MT (unused query vectors are zero)
 	for (int e = tid; e < BM * (HD / 4); e += TC_THREADS) {
 		const int qv = e / (HD / 4), d = (e % (HD / 4)) * 4;
 		const int row = row0 + qv / g.hc, h = qv % g.hc;
@@ -728,25 +751,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 		tc_from_f(x.z, dst + 2);
 		tc_from_f(x.w, dst + 3);
 	}
-	for (int qv = tid; qv < BM; qv += TC_THREADS) {
-		const int row = row0 + qv / g.hc, h = qv % g.hc;
-		qlast[qv] = row < row_end && h < ng ? row_ctx(a.positions[row], g.ctx_limit) - 1 : -1;
-	}
-	__syncthreads();
-	int tmax = -1, wlast = -1;
-	for (int i = 0; i < BM; i++)
-		tmax = max(tmax, qlast[i]);
-	for (int i = 0; i < 16; i++)
-		wlast = max(wlast, qlast[warp * 16 + i]); // uniform over the warp
-	const int n_kv = tmax + 1; // positions the tile reads: 0 .. tmax
-	const int last0 = qlast[warp * 16 + g8], last1 = qlast[warp * 16 + g8 + 8];
-
-	// tile 0 into buffer 0 (never Q's place)
-	if (n_kv > 0) {
-		MT *K0 = reinterpret_cast<MT *>(base);
-		tc_load<HD, KT>(a, table, kvh, 0, n_kv, K0, K0 + BN * LD);
-	}
-	kmma_commit();
+	__syncthreads(); // Q is in shared memory
 
 	// ldmatrix row addresses: lane l reads row l % 8 of 8x8 matrix l / 8.
 	// A-style 16x16 blocks (Q; V transposed): matrices (rows 0-7, cols 0-7),
@@ -761,7 +766,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 		for (int kc = 0; kc < KC; kc++)
 			kmma_ldsm4<false>(qf[C::QREG ? kc : 0], Qw + kc * 16);
 	}
-	__syncthreads(); // Q is in registers before tile 1 overwrites its place
+	__syncthreads(); // Q (QREG) and qlast are read before tile 1 overwrites K1 V1
 
 	float o[OT][4];
 #pragma unroll

@@ -1,19 +1,19 @@
 // kernels/cuda/k_attn.cu — paged attention on the GPU (kcuda_attn.h):
 // split-KV flash-decoding with a log-sum-exp merge (SIMT, F32 math), and a
 // flash-attention-2 style prefill over tiles of query vectors: on tensor
-// cores (nvcuda::wmma, 16-bit Q/K/P/V, F32 accumulation and softmax) for
+// cores (mma.sync via kcuda_mma.h, 16-bit Q/K/P/V, F32 accumulation and softmax) for
 // F16, BF16 and FP8 E4M3 (staged as F16) caches, SIMT F32 for F32 caches.
 // CPU counterpart: kops_attn_group_ref (kernels/cpu/ops_ref.c);
 // test: tests/kernels/test_cuda_attn.c.
 #include <cuda_fp8.h>
 #include <math.h>
-#include <mma.h>
 #include <stdint.h>
 
 #include <type_traits>
 
 #include "kernels/cuda/kcuda_attn.h"
 #include "kernels/cuda/kcuda_internal.h"
+#include "kernels/cuda/kcuda_mma.h"
 
 namespace {
 
@@ -582,37 +582,43 @@ __global__ void __launch_bounds__(PF_THREADS)
 // Same tiles as the SIMT prefill: query vector qv of the tile is (row
 // row0 + qv / hc, head hbeg + qv % hc), TC_BM of them, so a GQA group fills
 // the MMA rows even when a chunk has few rows. Warp w owns query vectors
-// 16 w .. 16 w + 15. Per K/V tile of BN positions (staged 16-bit in shared
-// memory; the next tile is fetched into registers during the math):
-//   S = Q K^T (wmma, F32) -> shared; online softmax in F32 by two lanes per
-//   row, P rounded to the 16-bit type -> shared, the row's rescale factor
-//   alpha -> a 16 x 16 tile; O *= alpha element-wise (the alpha tile loaded
-//   as an accumulator fragment maps like O's fragments, whatever the
-//   mapping); O += P V (wmma). The row sum l adds the F32 probabilities.
-// The fragment layout is never assumed: S, alpha and O go through shared
-// memory with store/load_matrix_sync. Dynamic shared memory (bytes, each
-// region a multiple of 128 so every wmma tile start is 32-byte aligned):
-//   Qs[BM][HD + 8] | Ks[BN][HD + 8] | Vs[BN][HD + 8] (16-bit) | Ss[BM][BN + 4]
-//   (F32) | Ps[BM][BN + 8] (16-bit) | Xs[NW][16][16] (F32) | qlast[BM] (int)
-// (the pads keep 16-byte rows and spread the banks).
+// 16 w .. 16 w + 15, flash-attention-2 style with mma.sync m16n8k16
+// (kcuda_mma.h, whose per-lane layout is known): S = Q K^T stays in
+// registers, lane (g, t) holding rows g and g + 8 of the warp, columns
+// 8 j + 2 t, +1 of each 8-key slice j; the online softmax runs on those
+// registers (row max over the four lanes of a row by two shuffles, the row
+// sum kept per lane and added up at the end); the accumulator layout of S is
+// the A-operand layout of P, so P is rounded to the 16-bit type in registers
+// and O += P V accumulates in registers (O: 16 x HD per warp, F32). Q
+// fragments stay in registers for HD <= 128 (read once with ldmatrix), K with
+// ldmatrix, V with ldmatrix.trans. K/V tiles of BN positions are
+// double-buffered in shared memory: cp.async for F16/BF16 caches, load and
+// convert for FP8 (staged as F16); positions past the tile's last are zeros
+// (P = 0 times a NaN would be NaN). Dynamic shared memory (bytes):
+//   K0 | V0 | K1 | V1 (each [BN][HD + 8] 16-bit) | Q [TC_BM][HD + 8] (16-bit;
+//   placed on K1 V1 when Q goes to registers) | qlast[TC_BM] (int; on K1
+//   when Q stays in shared memory, HD 256: 99 KB in all, an sm_89 CTA's most)
+// K1 V1 are first written by tile 1, after the prologue's last barrier.
+// The + 8 pad makes rows 16-byte aligned and the eight rows of an ldmatrix
+// or of a cp.async row of lanes fall in distinct banks.
 
 constexpr int TC_THREADS = 128; // four warps
 constexpr int TC_BM = 64;	// query vectors per CTA, 16 per warp
 
 template <int HD> struct tc_cfg {
 	static constexpr int BN = HD <= 128 ? 64 : 32; // positions per K/V tile
-	static constexpr int LD = HD + 8, SLD = BN + 4, PLD = BN + 8;
-	static constexpr size_t Q = 0;
-	static constexpr size_t K = Q + (size_t)TC_BM * LD * 2;
-	static constexpr size_t V = K + (size_t)BN * LD * 2;
-	static constexpr size_t S = V + (size_t)BN * LD * 2;
-	static constexpr size_t P = S + (size_t)TC_BM * SLD * 4;
-	static constexpr size_t X = P + (size_t)TC_BM * PLD * 2;
-	static constexpr size_t QL = X + (size_t)(TC_THREADS / 32) * 256 * 4;
-	static constexpr size_t bytes = QL + (size_t)TC_BM * 4;
-	static_assert(K % 128 == 0 && V % 128 == 0 && S % 128 == 0 && P % 128 == 0 &&
-			      X % 128 == 0 && QL % 128 == 0,
-		      "32-byte aligned wmma tiles");
+	static constexpr bool QREG = HD <= 128;	       // Q fragments in registers
+	static constexpr int LD = HD + 8;
+	static constexpr size_t TILE = (size_t)BN * LD * 2; // one K or V tile
+	static constexpr size_t QB = (size_t)TC_BM * LD * 2;
+	static constexpr size_t Q = QREG ? 2 * TILE : 4 * TILE;
+	static constexpr size_t QL = QREG ? 4 * TILE : 2 * TILE;
+	static constexpr size_t bytes = QREG ? QL + (size_t)TC_BM * 4 : 4 * TILE + QB;
+	static constexpr int MIN_CTAS = HD <= 128 ? 3 : 2; // per SM (registers, shared memory)
+	static_assert(!QREG || QB <= 2 * TILE, "Q fits on the second K/V buffer");
+	static_assert(QREG || TC_BM * 4 <= 2 * TILE, "qlast fits on the second K/V buffer");
+	static_assert(bytes <= 99 * 1024, "fits an sm_89 CTA (99 KB)");
+	static_assert(TILE % 16 == 0 && QB % 16 == 0, "16-byte aligned regions");
 };
 
 // The MMA input type of a KV type: F16 / BF16 as stored; FP8 E4M3 as F16
@@ -633,18 +639,20 @@ __device__ __forceinline__ void tc_from_f(float x, __nv_bfloat16 *y)
 	*y = __float2bfloat16_rn(x);
 }
 
-// Eight consecutive K/V values as eight 16-bit MMA inputs; p is aligned to 8 elements.
-__device__ __forceinline__ uint4 tc_ld8(const __half *p)
+// Eight consecutive cache values (src, 8-element aligned) into shared memory
+// as eight 16-bit MMA inputs: an asynchronous copy for F16 / BF16, a load and
+// conversion for FP8.
+__device__ __forceinline__ void tc_stage(__half *dst, const __half *src)
 {
-	return *reinterpret_cast<const uint4 *>(p);
+	kmma_cp16(dst, src);
 }
-__device__ __forceinline__ uint4 tc_ld8(const __nv_bfloat16 *p)
+__device__ __forceinline__ void tc_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src)
 {
-	return *reinterpret_cast<const uint4 *>(p);
+	kmma_cp16(dst, src);
 }
-__device__ __forceinline__ uint4 tc_ld8(const __nv_fp8_e4m3 *p)
+__device__ __forceinline__ void tc_stage(__half *dst, const __nv_fp8_e4m3 *src)
 {
-	const uint2 u = *reinterpret_cast<const uint2 *>(p);
+	const uint2 u = *reinterpret_cast<const uint2 *>(src);
 	unsigned w[4];
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
@@ -652,61 +660,48 @@ __device__ __forceinline__ uint4 tc_ld8(const __nv_fp8_e4m3 *p)
 		const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)pair, __NV_E4M3);
 		w[i] = (unsigned)h.x | ((unsigned)h.y << 16);
 	}
-	return make_uint4(w[0], w[1], w[2], w[3]);
+	*reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// This thread's share of the K and V tile at positions kt0 .. kt0 + BN - 1
-// (zeros from n_kv on: P = 0 times a NaN would be NaN).
-template <int HD, typename KT>
-__device__ __forceinline__ void tc_fetch(const k_attn_args &a, const int32_t *table, int kvh,
-					 int kt0, int n_kv, uint4 *kr, uint4 *vr)
+// Starts staging K and V at positions kt0 .. kt0 + BN - 1 into Ks, Vs (zeros
+// from n_kv on); the caller commits and waits.
+template <int HD, typename KT, typename MT>
+__device__ __forceinline__ void tc_load(const k_attn_args &a, const int32_t *table, int kvh,
+					int kt0, int n_kv, MT *Ks, MT *Vs)
 {
-	constexpr int V8 = HD / 8, NCH = tc_cfg<HD>::BN * V8 / TC_THREADS;
+	constexpr int V8 = HD / 8, RPP = TC_THREADS / V8, BN = tc_cfg<HD>::BN;
+	constexpr int LD = tc_cfg<HD>::LD;
+	static_assert(RPP * V8 == TC_THREADS && BN % RPP == 0, "whole rows per pass");
+	const int d = ((int)threadIdx.x % V8) * 8;
 #pragma unroll
-	for (int i = 0; i < NCH; i++) {
-		const int e = (int)threadIdx.x + i * TC_THREADS;
-		const int t = kt0 + e / V8, d = (e % V8) * 8;
+	for (int i = 0; i < BN / RPP; i++) {
+		const int k = (int)threadIdx.x / V8 + i * RPP, t = kt0 + k;
+		MT *kd = Ks + k * LD + d, *vd = Vs + k * LD + d;
 		if (t < n_kv) {
 			const size_t off = kv_off(table, t, a.block_size, a.n_kv_heads, kvh, HD) + d;
-			kr[i] = tc_ld8((const KT *)a.k_cache + off);
-			vr[i] = tc_ld8((const KT *)a.v_cache + off);
+			tc_stage(kd, (const KT *)a.k_cache + off);
+			tc_stage(vd, (const KT *)a.v_cache + off);
 		} else {
-			kr[i] = vr[i] = make_uint4(0u, 0u, 0u, 0u);
+			*reinterpret_cast<uint4 *>(kd) = make_uint4(0u, 0u, 0u, 0u);
+			*reinterpret_cast<uint4 *>(vd) = make_uint4(0u, 0u, 0u, 0u);
 		}
 	}
 }
 
-template <int HD, typename MT>
-__device__ __forceinline__ void tc_put(MT *Ks, MT *Vs, const uint4 *kr, const uint4 *vr)
-{
-	constexpr int V8 = HD / 8, NCH = tc_cfg<HD>::BN * V8 / TC_THREADS, LD = tc_cfg<HD>::LD;
-#pragma unroll
-	for (int i = 0; i < NCH; i++) {
-		const int e = (int)threadIdx.x + i * TC_THREADS;
-		const int k = e / V8, d = (e % V8) * 8;
-		*reinterpret_cast<uint4 *>(Ks + k * LD + d) = kr[i];
-		*reinterpret_cast<uint4 *>(Vs + k * LD + d) = vr[i];
-	}
-}
-
 template <int HD, typename KT>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 	attn_prefill_tc_kernel(const k_attn_args a, const attn_geo g)
 {
-	namespace wmma = nvcuda::wmma;
 	typedef typename tc_mt<KT>::type MT;
 	typedef tc_cfg<HD> C;
-	typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
-	constexpr int BM = TC_BM, BN = C::BN, LD = C::LD, SLD = C::SLD, PLD = C::PLD;
-	constexpr int NO = HD / 16, NS = BN / 16, HB = BN / 2;
-	constexpr int NCH = BN * (HD / 8) / TC_THREADS;
-	static_assert(BM == 16 * (TC_THREADS / 32) && NCH * TC_THREADS == BN * (HD / 8),
-		      "16 query vectors per warp; whole 8-element chunks per thread");
+	constexpr int BM = TC_BM, BN = C::BN, LD = C::LD;
+	constexpr int KC = HD / 16; // 16-dim slices of Q K^T
+	constexpr int NT = BN / 8;  // 8-key slices of S
+	constexpr int OT = HD / 8;  // 8-dim slices of O
+	static_assert(BM == 16 * (TC_THREADS / 32), "16 query vectors per warp");
 	extern __shared__ __align__(128) float tc_smem[];
 	unsigned char *base = reinterpret_cast<unsigned char *>(tc_smem);
 	MT *Qs = reinterpret_cast<MT *>(base + C::Q);
-	MT *Ks = reinterpret_cast<MT *>(base + C::K);
-	MT *Vs = reinterpret_cast<MT *>(base + C::V);
 	int *qlast = reinterpret_cast<int *>(base + C::QL);
 
 	const int s = blockIdx.z;
@@ -720,8 +715,29 @@ __global__ void __launch_bounds__(TC_THREADS)
 	if (row0 >= row_end) // uniform: the whole CTA leaves before any barrier
 		return;
 	const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+	const int g8 = lane / 4, t4 = lane % 4; // the MMA layout's row group and pair
+	const int32_t *table = a.block_tables + (size_t)s * a.max_blocks_per_seq;
 
-	// Q tile rounded to MT (unused query vectors are zero), each query's last position
+	// each query's last position; tile 0 starts loading before Q
+	for (int qv = tid; qv < BM; qv += TC_THREADS) {
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		qlast[qv] = row < row_end && h < ng ? row_ctx(a.positions[row], g.ctx_limit) - 1 : -1;
+	}
+	__syncthreads();
+	int tmax = -1, wlast = -1;
+	for (int i = 0; i < BM; i++)
+		tmax = max(tmax, qlast[i]);
+	for (int i = 0; i < 16; i++)
+		wlast = max(wlast, qlast[warp * 16 + i]); // uniform over the warp
+	const int n_kv = tmax + 1; // positions the tile reads: 0 .. tmax
+	const int last0 = qlast[warp * 16 + g8], last1 = qlast[warp * 16 + g8 + 8];
+	if (n_kv > 0) { // into buffer 0 (neither Q's nor qlast's place)
+		MT *K0 = reinterpret_cast<MT *>(base);
+		tc_load<HD, KT>(a, table, kvh, 0, n_kv, K0, K0 + BN * LD);
+	}
+	kmma_commit();
+
+	// Q tile rounded to MT (unused query vectors are zero)
 	for (int e = tid; e < BM * (HD / 4); e += TC_THREADS) {
 		const int qv = e / (HD / 4), d = (e % (HD / 4)) * 4;
 		const int row = row0 + qv / g.hc, h = qv % g.hc;
@@ -735,134 +751,206 @@ __global__ void __launch_bounds__(TC_THREADS)
 		tc_from_f(x.z, dst + 2);
 		tc_from_f(x.w, dst + 3);
 	}
-	for (int qv = tid; qv < BM; qv += TC_THREADS) {
-		const int row = row0 + qv / g.hc, h = qv % g.hc;
-		qlast[qv] = row < row_end && h < ng ? row_ctx(a.positions[row], g.ctx_limit) - 1 : -1;
+	__syncthreads(); // Q is in shared memory
+
+	// ldmatrix row addresses: lane l reads row l % 8 of 8x8 matrix l / 8.
+	// A-style 16x16 blocks (Q; V transposed): matrices (rows 0-7, cols 0-7),
+	// (8-15, 0-7), (0-7, 8-15), (8-15, 8-15); K blocks: (keys 0-7, dims 0-7),
+	// (0-7, 8-15), (8-15, 0-7), (8-15, 8-15), i.e. b[0], b[1] of two 8-key slices.
+	const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+	const int krow = (lane & 7) + (lane >> 4) * 8, kcol = ((lane >> 3) & 1) * 8;
+	const MT *Qw = Qs + (warp * 16 + arow) * LD + acol;
+	uint32_t qf[C::QREG ? KC : 1][4];
+	if (C::QREG) {
+#pragma unroll
+		for (int kc = 0; kc < KC; kc++)
+			kmma_ldsm4<false>(qf[C::QREG ? kc : 0], Qw + kc * 16);
 	}
-	__syncthreads();
-	int tmax = -1, wlast = -1;
-	for (int i = 0; i < BM; i++)
-		tmax = max(tmax, qlast[i]);
-	for (int i = 0; i < 16; i++)
-		wlast = max(wlast, qlast[warp * 16 + i]); // uniform over the warp
-	const int n_kv = tmax + 1; // positions the tile reads: 0 .. tmax
+	__syncthreads(); // Q (QREG) and qlast are read before tile 1 overwrites K1 V1
 
-	// this warp's slices; lanes 2 r and 2 r + 1 share the softmax of its row
-	// r, columns sh * HB .. sh * HB + HB - 1 of each S tile
-	const MT *Qw = Qs + warp * 16 * LD;
-	float *Sw = reinterpret_cast<float *>(base + C::S) + warp * 16 * SLD;
-	MT *Pw = reinterpret_cast<MT *>(base + C::P) + warp * 16 * PLD;
-	float *Xw = reinterpret_cast<float *>(base + C::X) + warp * 256;
-	const int sr = lane / 2, sh = lane % 2;
-	const int my_last = qlast[warp * 16 + sr];
-	float m_run = -INFINITY, l_run = 0.0f;
-	acc_frag o[NO];
+	float o[OT][4];
 #pragma unroll
-	for (int c = 0; c < NO; c++)
-		wmma::fill_fragment(o[c], 0.0f);
+	for (int c = 0; c < OT; c++)
+		o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows g8, g8 + 8
 
-	const int32_t *table = a.block_tables + (size_t)s * a.max_blocks_per_seq;
-	uint4 kr[NCH], vr[NCH];
-	tc_fetch<HD, KT>(a, table, kvh, 0, n_kv, kr, vr);
-	for (int kt0 = 0; kt0 < n_kv; kt0 += BN) {
-		tc_put<HD>(Ks, Vs, kr, vr);
-		__syncthreads(); // the tile is visible
-		if (kt0 + BN < n_kv) // in flight during the math below
-			tc_fetch<HD, KT>(a, table, kvh, kt0 + BN, n_kv, kr, vr);
+	int buf = 0;
+	for (int kt0 = 0; kt0 < n_kv; kt0 += BN, buf ^= 1) {
+		const MT *Ks = reinterpret_cast<const MT *>(base + (size_t)buf * 2 * C::TILE);
+		const MT *Vs = Ks + BN * LD;
+		if (kt0 + BN < n_kv) { // next tile in flight during this one's math
+			MT *Kn = reinterpret_cast<MT *>(base + (size_t)(buf ^ 1) * 2 * C::TILE);
+			tc_load<HD, KT>(a, table, kvh, kt0 + BN, n_kv, Kn, Kn + BN * LD);
+			kmma_commit();
+			kmma_wait<1>();
+		} else {
+			kmma_wait<0>();
+		}
+		__syncthreads(); // tile kt0 is visible
 		if (wlast >= kt0) { // uniform over the warp: some row sees the tile
-			acc_frag sf[NS];
+			float sc[NT][4];
 #pragma unroll
-			for (int j = 0; j < NS; j++)
-				wmma::fill_fragment(sf[j], 0.0f);
+			for (int j = 0; j < NT; j++)
+				sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
 #pragma unroll
-			for (int k = 0; k < HD; k += 16) {
-				wmma::fragment<wmma::matrix_a, 16, 16, 16, MT, wmma::row_major> qa;
-				wmma::load_matrix_sync(qa, Qw + k, LD);
+			for (int kc = 0; kc < KC; kc++) {
+				uint32_t qa[4];
+				if (C::QREG) {
 #pragma unroll
-				for (int j = 0; j < NS; j++) {
-					// K^T (dim x position) is K read column-major
-					wmma::fragment<wmma::matrix_b, 16, 16, 16, MT, wmma::col_major> kb;
-					wmma::load_matrix_sync(kb, Ks + j * 16 * LD + k, LD);
-					wmma::mma_sync(sf[j], qa, kb, sf[j]);
+					for (int r = 0; r < 4; r++)
+						qa[r] = qf[C::QREG ? kc : 0][r];
+				} else {
+					kmma_ldsm4<false>(qa, Qw + kc * 16);
+				}
+#pragma unroll
+				for (int j = 0; j < NT; j += 2) {
+					uint32_t kb[4];
+					kmma_ldsm4<false>(kb, Ks + (j * 8 + krow) * LD + kc * 16 + kcol);
+					kmma_16816<MT>(sc[j], qa, kb, sc[j]);
+					kmma_16816<MT>(sc[j + 1], qa, kb + 2, sc[j + 1]);
 				}
 			}
-#pragma unroll
-			for (int j = 0; j < NS; j++)
-				wmma::store_matrix_sync(Sw + j * 16, sf[j], SLD, wmma::mem_row_major);
-			__syncwarp();
 
-			// online softmax of row sr over this lane's half of the tile
-			const float *srow = Sw + sr * SLD + sh * HB;
-			MT *prow = Pw + sr * PLD + sh * HB;
-			const int t0 = kt0 + sh * HB;
-			float mx = -INFINITY;
-#pragma unroll 8
-			for (int j = 0; j < HB; j++)
-				mx = fmaxf(mx, t0 + j <= my_last ? srow[j] * g.k_mul : -INFINITY);
-			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-			const float m_new = fmaxf(m_run, mx);
-			float alpha = 1.0f, rs = 0.0f;
-			if (m_new != -INFINITY) {
-				// __expf (ex2.approx, a few ulp): far inside P's 16-bit rounding
-				alpha = __expf(m_run - m_new); // 0 while m_run is -inf
-#pragma unroll 8
-				for (int j = 0; j < HB; j++) {
-					const float p =
-						t0 + j <= my_last ? __expf(srow[j] * g.k_mul - m_new) : 0.0f;
-					rs += p;
-					tc_from_f(p, prow + j);
+			// online softmax of rows g8 (sc[j][0..1]) and g8 + 8 (sc[j][2..3])
+			float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+			for (int j = 0; j < NT; j++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int t = kt0 + j * 8 + 2 * t4 + e;
+					sc[j][e] = t <= last0 ? sc[j][e] * g.k_mul : -INFINITY;
+					sc[j][2 + e] = t <= last1 ? sc[j][2 + e] * g.k_mul : -INFINITY;
+					mx0 = fmaxf(mx0, sc[j][e]);
+					mx1 = fmaxf(mx1, sc[j][2 + e]);
 				}
-			} else {
-#pragma unroll 8
-				for (int j = 0; j < HB; j++)
-					tc_from_f(0.0f, prow + j);
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+			const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+			// a row that has seen nothing yet (max -inf) keeps O = l = 0 and
+			// gets p = exp(-inf) = 0; otherwise alpha = 0 while m is -inf.
+			// __expf (ex2.approx, a few ulp): far inside P's 16-bit rounding
+			const float a0 = n0 == -INFINITY ? 1.0f : __expf(m0 - n0);
+			const float a1 = n1 == -INFINITY ? 1.0f : __expf(m1 - n1);
+			const float s0 = n0 == -INFINITY ? 0.0f : n0, s1 = n1 == -INFINITY ? 0.0f : n1;
+			m0 = n0;
+			m1 = n1;
+			float r0 = 0.0f, r1 = 0.0f;
+#pragma unroll
+			for (int j = 0; j < NT; j++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					sc[j][e] = __expf(sc[j][e] - s0);
+					sc[j][2 + e] = __expf(sc[j][2 + e] - s1);
+					r0 += sc[j][e];
+					r1 += sc[j][2 + e];
+				}
+			l0 = l0 * a0 + r0; // this lane's part of the row sum
+			l1 = l1 * a1 + r1;
+#pragma unroll
+			for (int c = 0; c < OT; c++) {
+				o[c][0] *= a0;
+				o[c][1] *= a0;
+				o[c][2] *= a1;
+				o[c][3] *= a1;
 			}
-			rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-			l_run = l_run * alpha + rs;
-			m_run = m_new;
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				Xw[sr * 16 + sh * 8 + j] = alpha;
-			__syncwarp();
 
-			acc_frag af;
-			wmma::load_matrix_sync(af, Xw, 16, wmma::mem_row_major);
+			// O += P V, P from the S registers (slices 2 kk, 2 kk + 1 = keys 16 kk ..)
 #pragma unroll
-			for (int c = 0; c < NO; c++)
+			for (int kk = 0; kk < BN / 16; kk++) {
+				uint32_t pa[4];
+				pa[0] = kmma_pack(sc[2 * kk][0], sc[2 * kk][1], (const MT *)0);
+				pa[1] = kmma_pack(sc[2 * kk][2], sc[2 * kk][3], (const MT *)0);
+				pa[2] = kmma_pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1], (const MT *)0);
+				pa[3] = kmma_pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3], (const MT *)0);
 #pragma unroll
-				for (int i = 0; i < af.num_elements; i++)
-					o[c].x[i] *= af.x[i];
-#pragma unroll
-			for (int kk = 0; kk < BN; kk += 16) {
-				wmma::fragment<wmma::matrix_a, 16, 16, 16, MT, wmma::row_major> pa;
-				wmma::load_matrix_sync(pa, Pw + kk, PLD);
-#pragma unroll
-				for (int c = 0; c < NO; c++) {
-					wmma::fragment<wmma::matrix_b, 16, 16, 16, MT, wmma::row_major> vb;
-					wmma::load_matrix_sync(vb, Vs + kk * LD + c * 16, LD);
-					wmma::mma_sync(o[c], pa, vb, o[c]);
+				for (int c = 0; c < OT; c += 2) {
+					uint32_t vb[4];
+					kmma_ldsm4<true>(vb, Vs + (kk * 16 + arow) * LD + c * 8 + acol);
+					kmma_16816<MT>(o[c], pa, vb, o[c]);
+					kmma_16816<MT>(o[c + 1], pa, vb + 2, o[c + 1]);
 				}
 			}
 		}
-		__syncthreads(); // Ks, Vs (and this warp's S, P, X) free for the next tile
+		__syncthreads(); // this buffer is free for the tile after next
 	}
 
-	// out = O / l (* v_scale), 16 columns at a time through Xw
-	const int qv = warp * 16 + sr;
-	const int row = row0 + qv / g.hc, h = qv % g.hc;
-	const bool live = row < row_end && h < ng;
-	const float inv = l_run > 0.0f ? g.v_mul / l_run : 0.0f; // 0 for padding rows
-	const size_t obase = ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD + sh * 8;
+	// out = O / l (* v_scale); the four lanes of a row add up their sums
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
 #pragma unroll
-	for (int c = 0; c < NO; c++) {
-		__syncwarp(); // the previous column block has been read
-		wmma::store_matrix_sync(Xw, o[c], 16, wmma::mem_row_major);
-		__syncwarp();
-		if (live)
+	for (int hr = 0; hr < 2; hr++) {
+		const int qv = warp * 16 + g8 + 8 * hr;
+		const int row = row0 + qv / g.hc, h = qv % g.hc;
+		const float l = hr ? l1 : l0;
+		const float inv = l > 0.0f ? g.v_mul / l : 0.0f; // 0 for padding rows
+		if (row >= row_end || h >= ng)
+			continue;
+		const size_t ob = ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD + 2 * t4;
 #pragma unroll
-			for (int j = 0; j < 8; j++)
-				kcu_store(a.out, a.out_dt, obase + c * 16 + j, Xw[sr * 16 + sh * 8 + j] * inv);
+		for (int c = 0; c < OT; c++) {
+			kcu_store(a.out, a.out_dt, ob + c * 8, o[c][2 * hr] * inv);
+			kcu_store(a.out, a.out_dt, ob + c * 8 + 1, o[c][2 * hr + 1] * inv);
+		}
 	}
+}
+
+// ---- self-test of kcuda_mma.h (tests/kernels/test_cuda_mma.c) -------------------
+//
+// One warp. a, bt, v: 16 x 16 row-major 16-bit matrices (bt holds B^T: row n
+// is column n of B), c: 16 x 16 F32. Staged with kmma_cp16 into shared rows
+// of 24 elements; out (3 x 16 x 16 F32, row-major):
+//   [0] c + a bt^T  with a and bt read by ldmatrix,
+//   [1] c + a v     with v read by ldmatrix.trans,
+//   [2] c + a bt^T  with the fragments read element by element from global
+//                   memory by the documented layout (checks mma alone).
+__global__ void __launch_bounds__(32)
+	mma_selftest_kernel(const uint16_t *a, const uint16_t *bt, const uint16_t *v, const float *c,
+			    float *out, int bf16)
+{
+	__shared__ __align__(16) uint16_t sm[3][16][24];
+	const int lane = threadIdx.x, g8 = lane / 4, t4 = lane % 4;
+	for (int e = lane; e < 3 * 32; e += 32) {
+		const int m = e / 32, r = (e % 32) / 2, col = (e % 2) * 8;
+		const uint16_t *src = (m == 0 ? a : m == 1 ? bt : v) + r * 16 + col;
+		kmma_cp16(&sm[m][r][col], src);
+	}
+	kmma_commit();
+	kmma_wait<0>();
+	__syncwarp();
+	const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+	const int krow = (lane & 7) + (lane >> 4) * 8, kcol = ((lane >> 3) & 1) * 8;
+	uint32_t af[4], bf[4], vf[4], ae[4], be[4];
+	kmma_ldsm4<false>(af, &sm[0][arow][acol]);
+	kmma_ldsm4<false>(bf, &sm[1][krow][kcol]);
+	kmma_ldsm4<true>(vf, &sm[2][arow][acol]);
+	// the layout by hand: a[i] rows g, g + 8, g, g + 8 and columns 2t, 2t, 2t + 8, 2t + 8
+	for (int i = 0; i < 4; i++) {
+		const int r = g8 + (i & 1) * 8, col = 2 * t4 + (i >> 1) * 8;
+		ae[i] = (uint32_t)a[r * 16 + col] | ((uint32_t)a[r * 16 + col + 1] << 16);
+	}
+	// b[0], b[1] of the 8-column slices n = 0, 1: B[k][n] = bt[n][k], k = 2t (+ 8)
+	for (int i = 0; i < 4; i++) {
+		const int n = (i >> 1) * 8 + g8, k = 2 * t4 + (i & 1) * 8;
+		be[i] = (uint32_t)bt[n * 16 + k] | ((uint32_t)bt[n * 16 + k + 1] << 16);
+	}
+	for (int m = 0; m < 3; m++)
+		for (int n = 0; n < 2; n++) {
+			float d[4];
+			for (int i = 0; i < 4; i++)
+				d[i] = c[(g8 + (i >> 1) * 8) * 16 + n * 8 + 2 * t4 + (i & 1)];
+			const uint32_t *A = m == 2 ? ae : af;
+			const uint32_t *B = (m == 0 ? bf : m == 1 ? vf : be) + 2 * n;
+			if (bf16)
+				kmma_16816<__nv_bfloat16>(d, A, B, d);
+			else
+				kmma_16816<__half>(d, A, B, d);
+			for (int i = 0; i < 4; i++)
+				out[m * 256 + (g8 + (i >> 1) * 8) * 16 + n * 8 + 2 * t4 + (i & 1)] = d[i];
+		}
 }
 
 // ---- host side ------------------------------------------------------------------
@@ -1080,4 +1168,18 @@ extern "C" int k_attn_prefill(void *stream, const struct k_attn_args *a)
 extern "C" int k_attn_prefill_simt(void *stream, const struct k_attn_args *a)
 {
 	return prefill(ATTN_PREFILL_SIMT, stream, a);
+}
+
+// Self-test of kcuda_mma.h (tests/kernels/test_cuda_mma.c): see mma_selftest_kernel.
+extern "C" int k_mma_selftest(void *stream, int bf16, const void *a, const void *bt,
+			      const void *v, const float *c, float *out);
+extern "C" int k_mma_selftest(void *stream, int bf16, const void *a, const void *bt,
+			      const void *v, const float *c, float *out)
+{
+	if (!a || !bt || !v || !c || !out || !aligned16(a) || !aligned16(bt) || !aligned16(v))
+		return ERR_INVAL;
+	mma_selftest_kernel<<<1, 32, 0, (cudaStream_t)stream>>>((const uint16_t *)a,
+								(const uint16_t *)bt,
+								(const uint16_t *)v, c, out, bf16);
+	return kcu_launched("mma_selftest_kernel");
 }

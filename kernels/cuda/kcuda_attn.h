@@ -16,7 +16,8 @@
  *     chunks still fill the tile. K/V tiles streamed from the sequence's
  *     blocks (earlier cached blocks and the chunk's own, which
  *     k_qkv_rope_store has already written), causal by position, online
- *     softmax in F32. F16, BF16 and FP8 caches run on tensor cores (wmma):
+ *     softmax in F32. F16, BF16 and FP8 caches run on tensor cores
+ *     (mma.sync m16n8k16, S, P and O in registers, K/V tiles double-buffered):
  *     Q is rounded to the cache's 16-bit type (F16 for FP8, whose values F16
  *     holds exactly), S = Q K^T and O += P V accumulate in F32, P is rounded
  *     to that type before P V (so outputs differ from F32 math by up to

@@ -771,6 +771,118 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 } // namespace wmma
 } // namespace nvcuda
 
+// ---- mma.sync m16n8k16 and ldmatrix x4 (kernels/cuda/kcuda_mma.h) --------------
+//
+// The per-lane layouts PTX documents (kcuda_mma.h repeats them), each a
+// warp-wide step like wmma: every lane of a full warp calls with the same
+// kind. mma sums in F32 in k order; ldmatrix checks that each lane's row
+// address is 16-byte aligned and that all lanes agree on trans.
+
+struct emu_mma_arg {
+	float *d;
+	const uint32_t *a, *b;
+	const float *c;
+	bool bf;
+};
+
+inline float emu_mma_half(uint32_t r, int hi, bool bf)
+{
+	const unsigned short u = (unsigned short)(hi ? r >> 16 : r & 0xffffu);
+	if (bf) {
+		__nv_bfloat16_raw x;
+		x.x = u;
+		return __bfloat162float(__nv_bfloat16(x));
+	}
+	__half_raw x;
+	x.x = u;
+	return __half2float(__half(x));
+}
+
+inline void emu_mma_run(void *args[32])
+{
+	float A[16][16], B[16][8], C[16][8];
+	const bool bf = ((const emu_mma_arg *)args[0])->bf;
+	for (int l = 0; l < 32; l++) {
+		const emu_mma_arg *m = (const emu_mma_arg *)args[l];
+		if (m->bf != bf)
+			emu_fatal("mma.sync: lanes 0 and %d pass different types", l);
+		const int g = l / 4, t = l % 4;
+		for (int e = 0; e < 2; e++) {
+			A[g][2 * t + e] = emu_mma_half(m->a[0], e, bf);
+			A[g + 8][2 * t + e] = emu_mma_half(m->a[1], e, bf);
+			A[g][2 * t + 8 + e] = emu_mma_half(m->a[2], e, bf);
+			A[g + 8][2 * t + 8 + e] = emu_mma_half(m->a[3], e, bf);
+			B[2 * t + e][g] = emu_mma_half(m->b[0], e, bf);
+			B[2 * t + 8 + e][g] = emu_mma_half(m->b[1], e, bf);
+			C[g][2 * t + e] = m->c[e];
+			C[g + 8][2 * t + e] = m->c[2 + e];
+		}
+	}
+	for (int i = 0; i < 16; i++)
+		for (int j = 0; j < 8; j++) {
+			float s = C[i][j];
+			for (int k = 0; k < 16; k++)
+				s += A[i][k] * B[k][j];
+			C[i][j] = s;
+		}
+	for (int l = 0; l < 32; l++) {
+		float *d = ((const emu_mma_arg *)args[l])->d;
+		const int g = l / 4, t = l % 4;
+		d[0] = C[g][2 * t];
+		d[1] = C[g][2 * t + 1];
+		d[2] = C[g + 8][2 * t];
+		d[3] = C[g + 8][2 * t + 1];
+	}
+}
+
+inline void emu_mma_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
+			  bool bf)
+{
+	emu_mma_arg m = {d, a, b, c, bf};
+	emu_warp_exec(5, &m, emu_mma_run);
+}
+
+struct emu_ldsm_arg {
+	uint32_t *r;
+	const void *row;
+	bool trans;
+};
+
+inline void emu_ldsm_run(void *args[32])
+{
+	unsigned short M[4][8][8]; // matrix, row, column
+	const bool trans = ((const emu_ldsm_arg *)args[0])->trans;
+	for (int l = 0; l < 32; l++) {
+		const emu_ldsm_arg *m = (const emu_ldsm_arg *)args[l];
+		if (m->trans != trans)
+			emu_fatal("ldmatrix: lanes 0 and %d disagree on .trans", l);
+		if ((uintptr_t)m->row % 16)
+			emu_fatal("ldmatrix: lane %d row address %p not 16-byte aligned", l, m->row);
+		memcpy(M[l / 8][l % 8], m->row, 16);
+	}
+	uint32_t R[32][4];
+	for (int l = 0; l < 32; l++)
+		for (int i = 0; i < 4; i++) {
+			unsigned short lo, hi;
+			if (trans) {
+				lo = M[i][2 * (l % 4)][l / 4];
+				hi = M[i][2 * (l % 4) + 1][l / 4];
+			} else {
+				lo = M[i][l / 4][2 * (l % 4)];
+				hi = M[i][l / 4][2 * (l % 4) + 1];
+			}
+			R[l][i] = (uint32_t)lo | ((uint32_t)hi << 16);
+		}
+	for (int l = 0; l < 32; l++)
+		memcpy(((const emu_ldsm_arg *)args[l])->r, R[l], sizeof R[l]);
+}
+
+inline void emu_ldsm4(uint32_t r[4], const void *row, bool trans)
+{
+	emu_ldsm_arg m = {r, row, trans};
+	emu_warp_exec(6, &m, emu_ldsm_run);
+}
+
 // cuda_runtime.h's C++ overload (declared for nvcc only): a kernel by name.
 template <typename T> inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int v)
 {

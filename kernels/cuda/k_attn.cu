@@ -1172,8 +1172,6 @@ extern "C" int k_attn_prefill_simt(void *stream, const struct k_attn_args *a)
 
 // Self-test of kcuda_mma.h (tests/kernels/test_cuda_mma.c): see mma_selftest_kernel.
 extern "C" int k_mma_selftest(void *stream, int bf16, const void *a, const void *bt,
-			      const void *v, const float *c, float *out);
-extern "C" int k_mma_selftest(void *stream, int bf16, const void *a, const void *bt,
 			      const void *v, const float *c, float *out)
 {
 	if (!a || !bt || !v || !c || !out || !aligned16(a) || !aligned16(bt) || !aligned16(v))

@@ -99,6 +99,13 @@ int k_attn_decode(void *stream, const struct k_attn_args *a);
 int k_attn_prefill(void *stream, const struct k_attn_args *a);
 int k_attn_prefill_simt(void *stream, const struct k_attn_args *a);
 
+/* Self-test of the tensor-core helpers of kernels/cuda/kcuda_mma.h (one warp,
+ * the layouts the prefill kernel relies on), for tests/kernels/test_cuda_mma.c,
+ * which documents the operands (16-bit: bf16 ? BF16 : F16; 16-byte aligned)
+ * and the three products written to out. 0, ERR_INVAL or ERR_DEVICE. */
+int k_mma_selftest(void *stream, int bf16, const void *a, const void *bt, const void *v,
+		   const float *c, float *out);
+
 #ifdef __cplusplus
 }
 #endif

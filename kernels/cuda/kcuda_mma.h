@@ -6,7 +6,7 @@
 // On the device these are inline PTX; in the host emulator (tests/emu, no
 // __CUDA_ARCH__, emu_cuda.h included) the same per-lane semantics run as one
 // warp-wide step (emu_mma_16816 / emu_ldsm4) and cp.async is a plain copy.
-// Test: tests/kernels/test_cuda_mma.c (k_mma_selftest in k_mma_test.cu)
+// Test: tests/kernels/test_cuda_mma.c (k_mma_selftest in k_attn.cu)
 // checks the layout against plain matrix products, on the GPU and emulated.
 //
 // Layout (PTX ISA, "Matrix fragments for mma.m16n8k16"), g = lane / 4,

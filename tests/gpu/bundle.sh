@@ -17,7 +17,7 @@ BUILD=${1:-build-gpu}
 DEST=${2:-.gpurun}
 progs="tests/cuda/test_cuda_smoke tests/kernels/test_cuda_gemm tests/kernels/test_cuda_ops
 tests/kernels/test_cuda_attn tests/kernels/test_cuda_sample tests/kernels/test_cuda_quant
-tests/kernels/test_cuda_gemv tests/bench/bench_cuda_gemv
+tests/kernels/test_cuda_gemv tests/kernels/test_cuda_mma tests/bench/bench_cuda_gemv
 tests/engine/test_cuda_engine tests/engine/test_engine_quant tests/bench/bench_cuda tests/bench/bench_cuda_quant server/aorta"
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/lib"

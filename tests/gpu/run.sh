@@ -37,7 +37,7 @@ if [ -n "${AORTA_PREBUILT:-}" ]; then
 	stamp "CUDA tests (prebuilt, $PRE; in parallel)"
 	tests_rc=0
 	cuda_tests="test_cuda_smoke test_cuda_gemm test_cuda_ops test_cuda_attn test_cuda_sample
-		test_cuda_quant test_cuda_gemv test_cuda_engine test_engine_quant_cuda"
+		test_cuda_quant test_cuda_gemv test_cuda_mma test_cuda_engine test_engine_quant_cuda"
 	for t in $cuda_tests; do
 		( t1=$(date +%s)
 		  exe=$t; [ $t = test_engine_quant_cuda ] && exe=test_engine_quant

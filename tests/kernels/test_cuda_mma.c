@@ -18,11 +18,8 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_attn.h"
 #include "tests/kernels/kcheck.h"
-
-/* kernels/cuda/k_attn.cu */
-int k_mma_selftest(void *stream, int bf16, const void *a, const void *bt, const void *v,
-		   const float *c, float *out);
 
 static void check(void *stream, enum dtype dt, uint64_t seed)
 {

@@ -385,29 +385,12 @@ __device__ float process_row(const k_sample_args &a, const k_sample_row &rw, flo
 	__syncthreads();
 	const float inv_t = rw.greedy ? 1.0f : rw.inv_temperature;
 	float m = -INFINITY;
-	// 1/T, NaN -> -inf, +inf -> FLT_MAX in place. Four loads issued before
-	// the stores: l is read and written through one pointer, so the compiler
-	// cannot move a load above the previous iteration's store by itself (one
-	// CTA walks a 128K-vocabulary row: 78 us a step at batch 1 on an H200).
-	auto fix = [inv_t](float v) {
-		float x = KS_FMUL(v, inv_t);
-		return isnan(x) ? -INFINITY : x > FLT_MAX ? FLT_MAX : x;
-	};
-	int i = threadIdx.x;
-	for (; i + 3 * NT < vocab; i += 4 * NT) {
-		float x[4];
-#pragma unroll
-		for (int u = 0; u < 4; u++)
-			x[u] = l[i + u * NT];
-#pragma unroll
-		for (int u = 0; u < 4; u++) {
-			x[u] = fix(x[u]);
-			l[i + u * NT] = x[u];
-			m = fmaxf(m, x[u]);
-		}
-	}
-	for (; i < vocab; i += NT) {
-		const float x = fix(l[i]);
+	for (int i = threadIdx.x; i < vocab; i += NT) {
+		float x = KS_FMUL(l[i], inv_t);
+		if (isnan(x))
+			x = -INFINITY;
+		else if (x > FLT_MAX)
+			x = FLT_MAX;
 		l[i] = x;
 		m = fmaxf(m, x);
 	}

@@ -114,11 +114,15 @@ int kcpu_quantize_f8(const struct kmat *src, uint8_t *q, float *scale)
 	for (int64_t r = 0; r < src->rows; r++) {
 		kcpu_dequant_row(src, r, row);
 		float s = absmax(row, n) / 448.0f;
-		/* Dividing (not multiplying by 1/s) keeps absmax / s at exactly
-		 * 448 or just below, never above, so nothing saturates unfairly. */
+		/* x * (1 / s), as the INT8 rule: the GPU's per-token quantizer
+		 * (k_quant_rows) mirrors this bit for bit, and one IEEE division
+		 * per value was the larger part of its time on an H200. absmax
+		 * times 1/s may round a hair above 448: it saturates to 448, the
+		 * code it would round to anyway. */
+		const float inv = s > 0.0f ? 1.0f / s : 0.0f;
 		scale[r] = s;
 		for (int64_t k = 0; k < n; k++)
-			q[r * n + k] = s > 0.0f ? f32_to_f8e4m3(row[k] / s) : 0;
+			q[r * n + k] = s > 0.0f ? f32_to_f8e4m3(row[k] * inv) : 0;
 	}
 	free(row);
 	return 0;

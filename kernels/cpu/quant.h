@@ -5,7 +5,7 @@
  * Weights: a (rows, cols) matrix in any float dtype (F32, F16, BF16; also
  * Q8_0/I8/F8_E4M3, which are dequantized first) is converted row by row:
  *   I8      q = round(x / s), s = absmax(row) / 127, one F32 scale per row;
- *   F8_E4M3 q = fp8(x / s),   s = absmax(row) / 448, one F32 scale per row;
+ *   F8_E4M3 q = fp8(x * (1 / s)), s = absmax(row) / 448, one F32 scale per row;
  *   Q8_0    blocks of 32: d = absmax(block) / 127 stored as F16, q = round(x / d).
  * Dequantize with kcpu_dequant_row (matmul.h). The caller owns every buffer;
  * the functions allocate one row of scratch. Stateless; any thread.

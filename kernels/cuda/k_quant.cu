@@ -404,7 +404,7 @@ extern "C" int k_q8_0_repack(void *stream, const void *d_src, int n, int k, void
 // One CTA per token row: block amax, then the CPU's exact arithmetic
 // (kernels/cpu/quant.c): INT8 s = amax / 127, q = rint(clamp(x * (1 / s)))
 // with NaN -> -127 and s = 0 -> all codes 0; FP8 s = amax / 448,
-// q = fp8(x / s) (round to nearest even, saturating), s = 0 -> codes 0.
+// q = fp8(x * (1 / s)) (round to nearest even, saturating), s = 0 -> codes 0.
 // The __f*_rn intrinsics keep every operation IEEE-rounded (no contraction,
 // whatever the fast-math flags).
 
@@ -478,12 +478,13 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 
 	if (FP8) {
 		const float s = __fdiv_rn(amax, 448.0f);
+		const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
 		if (threadIdx.x == 0)
 			scale[blockIdx.x] = s;
 		for (int i = threadIdx.x; i < k; i += QUANT_THREADS) {
 			const float v = kcu_load(x, x_dt, base + i);
 			xq[base + i] = s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(
-			                              __fdiv_rn(v, s), __NV_SATFINITE, __NV_E4M3)
+			                              __fmul_rn(v, inv), __NV_SATFINITE, __NV_E4M3)
 			                        : (uint8_t)0;
 		}
 	} else {
@@ -504,7 +505,7 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 template <bool FP8> __device__ __forceinline__ uint8_t quant_one(float v, float s, float inv)
 {
 	if (FP8)
-		return s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s), __NV_SATFINITE,
+		return s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(v, inv), __NV_SATFINITE,
 		                                                 __NV_E4M3)
 		                : (uint8_t)0;
 	v = __fmul_rn(v, inv);
@@ -555,7 +556,7 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 	for (int i = 1; i < QUANT_THREADS / 32; i++)
 		amax = fmaxf(amax, red[i]);
 	const float s = __fdiv_rn(amax, FP8 ? 448.0f : 127.0f);
-	const float inv = !FP8 && s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+	const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
 	if (threadIdx.x == 0)
 		scale[blockIdx.x] = s;
 	for (g = threadIdx.x; g < ng; g += QUANT_THREADS) {

@@ -65,7 +65,7 @@ int k_dequant_w8(void *stream, const void *d_w, enum dtype w_dt, const float *d_
  * CPU's rules (kernels/cpu/quant.c): DT_I8 as kcpu_quantize_act_i8
  * (scale = amax / 127, q = round-to-nearest-even(x * (1 / scale)) clamped to
  * [-127, 127]); DT_F8_E4M3 as kcpu_quantize_f8 per row (scale = amax / 448,
- * q = fp8(x / scale), nearest even, saturating). An all-zero row gets scale
+ * q = fp8(x * (1 / scale)), nearest even, saturating). An all-zero row gets scale
  * 0 and codes 0. On stream. ERR_UNSUPPORTED for another q_dt. */
 int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k, enum dtype q_dt,
                  void *d_xq, float *d_scale);

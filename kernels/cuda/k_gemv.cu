@@ -63,33 +63,6 @@ template <bool BF> __device__ __forceinline__ float2 gv_h2(uint32_t u)
 	return __half22float2(__half2(r));
 }
 
-// Four int8 (lowest byte first) to floats, exactly: with b = byte ^ 0x80 =
-// s + 128, the float with bits 0x4B0000bb is 2^23 + b; minus 2^23 + 128 is s.
-__device__ __forceinline__ void gv_i8x4(uint32_t v, float f[4])
-{
-	const uint32_t u = v ^ 0x80808080u;
-	f[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.0f;
-	f[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.0f;
-	f[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.0f;
-	f[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7543)) - 8388736.0f;
-}
-
-// Four FP8 E4M3 to floats (exact: E4M3 values are F16 values; 0x7F / 0xFF
-// become NaN, as on the CPU).
-__device__ __forceinline__ void gv_f8x4(uint32_t v, float f[4])
-{
-	const __half2_raw lo =
-	    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xFFFFu), __NV_E4M3);
-	const __half2_raw hi =
-	    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
-	const float2 a = __half22float2(__half2(lo));
-	const float2 b = __half22float2(__half2(hi));
-	f[0] = a.x;
-	f[1] = a.y;
-	f[2] = b.x;
-	f[3] = b.y;
-}
-
 // Values 4q .. 4q + 3 of a 16-byte chunk w[4] of kind WK, as floats.
 template <int WK> __device__ __forceinline__ void gv_w4(const uint32_t w[4], int q, float f[4])
 {
@@ -101,9 +74,9 @@ template <int WK> __device__ __forceinline__ void gv_w4(const uint32_t w[4], int
 		f[2] = b.x;
 		f[3] = b.y;
 	} else if (WK == GW_F8) {
-		gv_f8x4(w[q], f);
+		kcu_f8x4(w[q], f);
 	} else {
-		gv_i8x4(w[q], f);
+		kcu_i8x4(w[q], f);
 	}
 }
 

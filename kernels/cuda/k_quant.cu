@@ -27,34 +27,6 @@
 // WK_Q8R: Q8_0 repacked by k_q8_0_repack (int8 rows + F16 block scales).
 enum { WK_I8, WK_F8, WK_Q8, WK_Q8R };
 
-// Four int8 (packed in v, lowest byte first) to floats, exactly, without the
-// slow int->float conversion: with b = byte ^ 0x80 = s + 128, the float with
-// bits 0x4B0000bb is 2^23 + b, so subtracting 2^23 + 128 leaves s.
-__device__ __forceinline__ void deq_i8x4(uint32_t v, float f[4])
-{
-	const uint32_t u = v ^ 0x80808080u;
-	f[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.0f;
-	f[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.0f;
-	f[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.0f;
-	f[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7543)) - 8388736.0f;
-}
-
-// Four FP8 E4M3 to floats (exact: every E4M3 value is an F16 value; 0x7F/0xFF
-// become NaN as on the CPU). Hardware conversion on sm_89+.
-__device__ __forceinline__ void deq_f8x4(uint32_t v, float f[4])
-{
-	const __half2_raw lo =
-	    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xFFFFu), __NV_E4M3);
-	const __half2_raw hi =
-	    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
-	const float2 a = __half22float2(__half2(lo));
-	const float2 b = __half22float2(__half2(hi));
-	f[0] = a.x;
-	f[1] = a.y;
-	f[2] = b.x;
-	f[3] = b.y;
-}
-
 // Eight F16 or BF16 values (a 16-byte load, lowest first) to floats.
 __device__ __forceinline__ void load8(uint4 raw, enum dtype dt, float f[8])
 {
@@ -230,9 +202,9 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 #pragma unroll
 					for (int r = 0; r < RW; r++) {
 						if (WK == WK_F8)
-							deq_f8x4(wv[u][r][q], wf[r]);
+							kcu_f8x4(wv[u][r][q], wf[r]);
 						else
-							deq_i8x4(wv[u][r][q], wf[r]);
+							kcu_i8x4(wv[u][r][q], wf[r]);
 						if (WK == WK_Q8 || WK == WK_Q8R) {
 #pragma unroll
 							for (int e = 0; e < 4; e++)
@@ -456,18 +428,11 @@ extern "C" int k_dequant_w8(void *stream, const void *d_w, enum dtype w_dt, cons
 
 #define QUANT_THREADS 256
 
-template <bool FP8>
-__global__ void __launch_bounds__(QUANT_THREADS)
-    quant_rows_kernel(const void *__restrict__ x, enum dtype x_dt, int k, uint8_t *__restrict__ xq,
-                      float *__restrict__ scale)
+// The CTA's largest |x| from each thread's m (>= 0): warp maxima through
+// red[QUANT_THREADS / 32], one barrier; every thread gets the result.
+__device__ __forceinline__ float block_amax(float m, float *red)
 {
-	__shared__ float red[QUANT_THREADS / 32];
-	const size_t base = (size_t)blockIdx.x * k;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-
-	float m = 0.0f; // fmaxf skips NaN, as the CPU's "if (v > a)" does
-	for (int i = threadIdx.x; i < k; i += QUANT_THREADS)
-		m = fmaxf(m, fabsf(kcu_load(x, x_dt, base + i)));
 	m = kcu_warp_max(m);
 	if (lane == 0)
 		red[warp] = m;
@@ -475,6 +440,21 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 	float amax = red[0];
 	for (int i = 1; i < QUANT_THREADS / 32; i++)
 		amax = fmaxf(amax, red[i]);
+	return amax;
+}
+
+template <bool FP8>
+__global__ void __launch_bounds__(QUANT_THREADS)
+    quant_rows_kernel(const void *__restrict__ x, enum dtype x_dt, int k, uint8_t *__restrict__ xq,
+                      float *__restrict__ scale)
+{
+	__shared__ float red[QUANT_THREADS / 32];
+	const size_t base = (size_t)blockIdx.x * k;
+
+	float m = 0.0f; // fmaxf skips NaN, as the CPU's "if (v > a)" does
+	for (int i = threadIdx.x; i < k; i += QUANT_THREADS)
+		m = fmaxf(m, fabsf(kcu_load(x, x_dt, base + i)));
+	const float amax = block_amax(m, red);
 
 	if (FP8) {
 		const float s = __fdiv_rn(amax, 448.0f);
@@ -528,7 +508,6 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 	const int ng = k / 8;
 	const uint4 *row = reinterpret_cast<const uint4 *>(x + (size_t)blockIdx.x * k);
 	uint2 *out = reinterpret_cast<uint2 *>(xq + (size_t)blockIdx.x * k);
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	auto vals = [](uint4 u, float f[8]) { load8(u, BF16 ? DT_BF16 : DT_F16, f); };
 	float m = 0.0f; // fmaxf skips NaN, as the CPU's "if (v > a)" does
 	int g = threadIdx.x;
@@ -548,13 +527,7 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 		for (int i = 0; i < 8; i++)
 			m = fmaxf(m, fabsf(f[i]));
 	}
-	m = kcu_warp_max(m);
-	if (lane == 0)
-		red[warp] = m;
-	__syncthreads();
-	float amax = red[0];
-	for (int i = 1; i < QUANT_THREADS / 32; i++)
-		amax = fmaxf(amax, red[i]);
+	const float amax = block_amax(m, red);
 	const float s = __fdiv_rn(amax, FP8 ? 448.0f : 127.0f);
 	const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
 	if (threadIdx.x == 0)

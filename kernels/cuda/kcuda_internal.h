@@ -5,7 +5,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 #include "common/err.h"
 #include "kernels/dtype.h"
@@ -34,6 +36,34 @@ __device__ __forceinline__ void kcu_store(void *p, enum dtype dt, size_t i, floa
 		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
 	else
 		((float *)p)[i] = v;
+}
+
+// Four int8 (packed in v, lowest byte first) to floats, exactly, without the
+// slow int->float conversion: with b = byte ^ 0x80 = s + 128, the float with
+// bits 0x4B0000bb is 2^23 + b, so subtracting 2^23 + 128 leaves s.
+__device__ __forceinline__ void kcu_i8x4(uint32_t v, float f[4])
+{
+	const uint32_t u = v ^ 0x80808080u;
+	f[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.0f;
+	f[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.0f;
+	f[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.0f;
+	f[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7543)) - 8388736.0f;
+}
+
+// Four FP8 E4M3 (lowest byte first) to floats, exactly (every E4M3 value is an
+// F16 value; 0x7F / 0xFF become NaN, as on the CPU). Hardware on sm_89+.
+__device__ __forceinline__ void kcu_f8x4(uint32_t v, float f[4])
+{
+	const __half2_raw lo =
+		__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xFFFFu), __NV_E4M3);
+	const __half2_raw hi =
+		__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> 16), __NV_E4M3);
+	const float2 a = __half22float2(__half2(lo));
+	const float2 b = __half22float2(__half2(hi));
+	f[0] = a.x;
+	f[1] = a.y;
+	f[2] = b.x;
+	f[3] = b.y;
 }
 
 __device__ __forceinline__ float kcu_warp_sum(float v)

@@ -11,7 +11,10 @@
  *               once and reused by every row of X;
  *   integer     (Q8_0, I8): X is quantized per 32-block / per row into pool
  *               scratch (in parallel), then integer dot tiles, blocked over X
- *               so a block of quantized X stays in L2.
+ *               so a block of quantized X stays in L2; Q8_0 at 4 <= m <= 16
+ *               on a CPU with AMX-INT8: X is also laid out for the tiles
+ *               (transpose_xq_worker) and the weight blocks are read in
+ *               place by tile loads (gemm_q8_amx), nothing packed per call.
  * Threads split weight rows, so every output element is written by one thread.
  * Tested against kcpu_matmul_ref / kcpu_matmul_ref_xq in tests/engine/test_matmul.c.
  */

@@ -3,8 +3,10 @@
  * binary still runs on CPUs without AVX-512; matmul.c only calls in after
  * __builtin_cpu_supports says yes. Integer dots use vpdpbusd (u8 x s8): the
  * activation side is made unsigned by adding 128 (xor 0x80) and the 128*sum(w)
- * this adds is subtracted, computed once per weight vector. Tested against
- * the references in tests/engine/test_matmul.c. */
+ * this adds is subtracted, computed once per weight vector. Batched Q8_0
+ * decode uses AMX-INT8 tiles (signed x signed, no correction) when the CPU
+ * has them and Linux grants the tile state. Tested against the references
+ * in tests/engine/test_matmul.c. */
 #include "matmul_impl.h"
 
 #if defined(__x86_64__)

@@ -11,7 +11,10 @@
  *               once and reused by every row of X;
  *   integer     (Q8_0, I8): X is quantized per 32-block / per row into pool
  *               scratch (in parallel), then integer dot tiles, blocked over X
- *               so a block of quantized X stays in L2.
+ *               so a block of quantized X stays in L2; Q8_0 at 4 <= m <= 16
+ *               on a CPU with AMX-INT8: X is also laid out for the tiles
+ *               (transpose_xq_worker) and the weight blocks are read in
+ *               place by tile loads (gemm_q8_amx), nothing packed per call.
  * Threads split weight rows, so every output element is written by one thread.
  * Tested against kcpu_matmul_ref / kcpu_matmul_ref_xq in tests/engine/test_matmul.c.
  */
@@ -144,6 +147,8 @@ struct mm_call {
 	int64_t n_xd; /* scales per X row: cols/32 (Q8_0) or 1 (I8) */
 	int64_t ldq;  /* cols rounded up to a multiple of 4 (zero padding) */
 	int x_u8;     /* store xq + 128 (the packed GEMM's unsigned operand) */
+	int8_t *xqt;  /* AMX path: xq in the tile layout, cols * MM_AMX_LANES */
+	float *xdt;   /* and the scales by block, n_xd * MM_AMX_LANES */
 	int64_t xblock; /* X rows per block in the integer loops */
 };
 
@@ -313,6 +318,40 @@ static void quantize_x_worker(void *p, int ith, int nth)
 			for (int64_t k = 0; k < c->ldq; k++)
 				q[k] = (int8_t)((uint8_t)q[k] ^ 0x80u);
 	}
+}
+
+/* AMX path: xqt[(k/4)*64 + j*4 + k%4] = xq[j][k] and xdt[b*16 + j] =
+ * xd[j][b], zero for j >= m; threads split the blocks. */
+static void transpose_xq_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	long b0, b1;
+	kpool_split((long)c->n_xd, ith, nth, &b0, &b1);
+	for (long b = b0; b < b1; b++) {
+		int8_t *o = c->xqt + b * Q8_0_BLOCK * MM_AMX_LANES;
+		for (int g = 0; g < Q8_0_BLOCK / 4; g++)
+			for (int j = 0; j < MM_AMX_LANES; j++) {
+				int8_t *d = o + (g * MM_AMX_LANES + j) * 4;
+				if (j < c->m)
+					memcpy(d, c->xq + j * c->ldq + b * Q8_0_BLOCK + g * 4, 4);
+				else
+					memset(d, 0, 4);
+			}
+		for (int j = 0; j < MM_AMX_LANES; j++)
+			c->xdt[b * MM_AMX_LANES + j] = j < c->m ? c->xd[j * c->n_xd + b] : 0.0f;
+	}
+}
+
+/* Threads take whole groups of 16 weight rows (one tile's worth). */
+static void q8_amx_worker(void *p, int ith, int nth)
+{
+	const struct mm_call *c = p;
+	const int64_t rows = c->w->rows;
+	long g0, g1;
+	kpool_split((long)((rows + 15) / 16), ith, nth, &g0, &g1);
+	const int64_t r0 = (int64_t)g0 * 16, r1 = (int64_t)g1 * 16 < rows ? (int64_t)g1 * 16 : rows;
+	if (r1 > r0)
+		c->k->gemm_q8_amx(c->w, r0, r1 - r0, c->xqt, c->xdt, c->m, c->y + r0, rows);
 }
 
 static void q8_worker(void *p, int ith, int nth)
@@ -512,13 +551,17 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 				rc = ck_mul(cols, (size_t)MM_TW * sizeof(float), &per_thread);
 		}
 	} else {
-		/* the packers gather 16 rows with int32 byte offsets */
+		/* the packers (and the AMX path's scale gather) reach 16 rows
+		 * with int32 byte offsets */
+		const bool q8_gather_ok =
+			cols / Q8_0_BLOCK * sizeof(struct q8_0_block) * 16 < (size_t)INT32_MAX;
+		const bool amx = w->dtype == DT_Q8_0 && c.k->gemm_q8_amx && q8_gather_ok &&
+				 c.m > MM_INT_TILE_MAX_M && c.m <= MM_AMX_LANES && c.k->amx_ok();
 		const bool packed =
-			c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&
-			(w->dtype == DT_Q8_0 ? cols / Q8_0_BLOCK * sizeof(struct q8_0_block) * 16 <
-						       (size_t)INT32_MAX
-					     : w->cols <= MM_I8_PACKED_MAX_K);
-		fn = packed ? qgemm_worker : w->dtype == DT_Q8_0 ? q8_worker : i8_worker;
+			!amx && c.k->gemm_q8 && c.m > MM_INT_TILE_MAX_M &&
+			(w->dtype == DT_Q8_0 ? q8_gather_ok : w->cols <= MM_I8_PACKED_MAX_K);
+		fn = amx ? q8_amx_worker
+			 : packed ? qgemm_worker : w->dtype == DT_Q8_0 ? q8_worker : i8_worker;
 		c.x_u8 = packed;
 		c.n_xd = w->dtype == DT_Q8_0 ? (int64_t)cols / Q8_0_BLOCK : 1;
 		c.ldq = (int64_t)(cols + 3) / 4 * 4;
@@ -533,6 +576,13 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 			rc = ck_mul(m * (size_t)c.n_xd, sizeof(float), &d_bytes);
 		if (!rc)
 			rc = ck_add(q_bytes, d_bytes, &shared);
+		size_t xt_at = 0, xdt_at = 0;
+		if (amx && !rc) /* then xqt and xdt, 64-byte aligned */
+			rc = ck_align_up(shared, 64, &xt_at);
+		if (amx && !rc)
+			rc = ck_add(xt_at, cols * MM_AMX_LANES, &xdt_at);
+		if (amx && !rc)
+			rc = ck_add(xdt_at, (size_t)c.n_xd * MM_AMX_LANES * sizeof(float), &shared);
 		c.xblock = (int64_t)(MM_XBLOCK_BYTES / cols) / MM_TX * MM_TX;
 		if (c.xblock < MM_TX)
 			c.xblock = MM_TX;
@@ -540,6 +590,11 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 			c.xq = kpool_shared(pool);
 			c.xd = (float *)(void *)((char *)c.xq + q_bytes);
 			kpool_run(pool, quantize_x_worker, &c);
+			if (amx) {
+				c.xqt = c.xq + xt_at;
+				c.xdt = (float *)(void *)((char *)c.xq + xdt_at);
+				kpool_run(pool, transpose_xq_worker, &c);
+			}
 		}
 	}
 	if (!rc)

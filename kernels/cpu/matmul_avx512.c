@@ -3,14 +3,22 @@
  * binary still runs on CPUs without AVX-512; matmul.c only calls in after
  * __builtin_cpu_supports says yes. Integer dots use vpdpbusd (u8 x s8): the
  * activation side is made unsigned by adding 128 (xor 0x80) and the 128*sum(w)
- * this adds is subtracted, computed once per weight vector. Tested against
- * the references in tests/engine/test_matmul.c. */
+ * this adds is subtracted, computed once per weight vector. Batched Q8_0
+ * decode uses AMX-INT8 tiles (signed x signed, no correction) when the CPU
+ * has them and Linux grants the tile state. Tested against the references
+ * in tests/engine/test_matmul.c. */
 #include "matmul_impl.h"
 
 #if defined(__x86_64__)
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 #define INLINE512 static inline __attribute__((always_inline)) T512
@@ -790,6 +798,140 @@ T512 static void gemm_i8_avx512(int mr, int64_t ng, const uint8_t *panel, const 
 	}
 }
 
+/* ---- Q8_0 with AMX tiles (batched decode) ----------------------------------- */
+
+/* Linux gives a process the AMX tile data state only on request. */
+#define MM_ARCH_REQ_XCOMP_PERM 0x1023
+#define MM_XFEATURE_XTILEDATA 18
+
+static int amx_ok_avx512(void)
+{
+	static _Atomic int state; /* 0 not asked yet, 1 usable, -1 not */
+	int s = atomic_load_explicit(&state, memory_order_acquire);
+	if (s)
+		return s > 0;
+	unsigned a, b, c, d;
+	int ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) /* AMX-TILE */ &&
+		 (d >> 25 & 1) /* AMX-INT8 */;
+#if defined(__linux__)
+	ok = ok && syscall(SYS_arch_prctl, MM_ARCH_REQ_XCOMP_PERM, MM_XFEATURE_XTILEDATA) == 0;
+#else
+	ok = 0;
+#endif
+	atomic_store_explicit(&state, ok ? 1 : -1, memory_order_release);
+	return ok;
+}
+
+#define TAMX                                                                                    \
+	__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2,"   \
+			      "amx-tile,amx-int8")))
+
+struct amx_tilecfg { /* the ldtilecfg operand, palette 1 */
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+
+/* Tiles: 0/1 block sums C (nv weight rows x 16 X rows, int32), 2/3 the
+ * weight quants A (nv rows x 32 bytes, read in place at the row stride),
+ * 4/5 X (8 rows of 4 k x 16 X rows); two sets, so the tile unit works on
+ * one block while the F32 scaling of the other runs. */
+TAMX static void amx_config(int nv)
+{
+	struct amx_tilecfg cfg __attribute__((aligned(64)));
+	memset(&cfg, 0, sizeof cfg);
+	cfg.palette = 1;
+	for (int t = 0; t < 6; t++) {
+		cfg.rows[t] = (uint8_t)(t < 4 ? nv : 8);
+		cfg.colsb[t] = (uint16_t)(t == 2 || t == 3 ? 32 : 64);
+	}
+	_tile_loadconfig(&cfg);
+}
+
+/* acc[i] (lanes: X rows) += (dw_i * dx) * C[i] for block b of rows wrow
+ * (nv of them, row stride rb bytes): gemm_q8_tile's expression. Rows of
+ * cbuf past nv stay 0 (never stored) and their scale lanes are masked to 0. */
+INLINE512 void amx_scale_block(__m512 acc[16], const int32_t *cbuf, const uint8_t *wrow,
+			       __m512i sidx, __mmask16 km, int64_t b, const float *xdt)
+{
+	float dwf[16] __attribute__((aligned(64)));
+	const __m512i dd = _mm512_mask_i32gather_epi32(
+		_mm512_setzero_si512(), km, sidx, wrow + b * (int64_t)sizeof(struct q8_0_block), 1);
+	_mm512_store_ps(dwf, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+	const __m512 dx = _mm512_loadu_ps(xdt + b * MM_AMX_LANES);
+#pragma GCC unroll 16
+	for (int i = 0; i < 16; i++) {
+		const __m512 ci = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cbuf + i * 16)));
+		acc[i] = _mm512_fmadd_ps(ci, _mm512_mul_ps(_mm512_set1_ps(dwf[i]), dx), acc[i]);
+	}
+}
+
+#define MM_AMX_PF 16 /* blocks ahead (544 bytes of each row) */
+
+TAMX static void gemm_q8_amx_avx512(const struct kmat *w, int64_t r0, int64_t nrows,
+				    const int8_t *xt, const float *xdt, int m, float *y, int64_t ldy)
+{
+	const int64_t nb = w->cols / Q8_0_BLOCK;
+	const int64_t rb = nb * (int64_t)sizeof(struct q8_0_block);
+	const int64_t bsz = (int64_t)sizeof(struct q8_0_block);
+	const __m512i sidx = _mm512_mullo_epi32(
+		_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+		_mm512_set1_epi32((int32_t)rb));
+	int32_t cbuf[2][16 * 16] __attribute__((aligned(64)));
+	memset(cbuf, 0, sizeof cbuf);
+	int cfg_rows = 0;
+	for (int64_t g0 = 0; g0 < nrows; g0 += 16) {
+		const int nv = (int)(nrows - g0 < 16 ? nrows - g0 : 16);
+		if (nv != cfg_rows) {
+			amx_config(nv);
+			cfg_rows = nv;
+		}
+		const __mmask16 km = low_mask16(nv);
+		const uint8_t *wrow = (const uint8_t *)((const struct q8_0_block *)w->data +
+							(r0 + g0) * nb);
+		const uint8_t *wq = wrow + 2; /* the quants of block 0 */
+		__m512 acc[16];
+#pragma GCC unroll 16
+		for (int i = 0; i < 16; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int64_t b = 0; b < nb; b += 2) {
+			/* the weights stream from memory once: every 2 blocks (68
+			 * bytes) ask for each row MM_AMX_PF blocks ahead, past the
+			 * row's end for the next group's rows (prefetches may
+			 * point past the weights) */
+			const size_t pf = b + MM_AMX_PF < nb ? (size_t)((b + MM_AMX_PF) * bsz)
+							     : (size_t)(16 * rb + (b + MM_AMX_PF - nb) * bsz);
+			for (int i = 0; i < nv; i++)
+				_mm_prefetch(addr_plus(wrow, (size_t)(i * rb) + pf), _MM_HINT_T0);
+			const int two = b + 1 < nb;
+			_tile_zero(0);
+			_tile_loadd(2, wq + b * bsz, rb);
+			_tile_loadd(4, xt + b * (Q8_0_BLOCK / 4) * 64, 64);
+			_tile_dpbssd(0, 2, 4);
+			if (two) {
+				_tile_zero(1);
+				_tile_loadd(3, wq + (b + 1) * bsz, rb);
+				_tile_loadd(5, xt + (b + 1) * (Q8_0_BLOCK / 4) * 64, 64);
+				_tile_dpbssd(1, 3, 5);
+			}
+			_tile_stored(0, cbuf[0], 64);
+			amx_scale_block(acc, cbuf[0], wrow, sidx, km, b, xdt);
+			if (two) {
+				_tile_stored(1, cbuf[1], 64);
+				amx_scale_block(acc, cbuf[1], wrow, sidx, km, b + 1, xdt);
+			}
+		}
+		float t[16 * MM_AMX_LANES] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+		for (int i = 0; i < 16; i++)
+			_mm512_store_ps(t + i * MM_AMX_LANES, acc[i]);
+		for (int j = 0; j < m; j++)
+			for (int i = 0; i < nv; i++)
+				y[j * ldy + g0 + i] = t[i * MM_AMX_LANES + j];
+	}
+	_tile_release();
+}
+
 static const struct mm_kernels avx512_kernels = {
 	.name = "avx512",
 	.cvt = cvt_avx512,
@@ -807,6 +949,8 @@ static const struct mm_kernels avx512_kernels = {
 	.pack_i8 = pack_i8_avx512,
 	.gemm_q8 = gemm_q8_avx512,
 	.gemm_i8 = gemm_i8_avx512,
+	.amx_ok = amx_ok_avx512,
+	.gemm_q8_amx = gemm_q8_amx_avx512,
 };
 
 const struct mm_kernels *mm_kernels_avx512(void)

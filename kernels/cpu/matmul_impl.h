@@ -77,11 +77,26 @@ struct mm_kernels {
 			float *y, int64_t ldy, int nv);
 	void (*gemm_i8)(int mr, int64_t ng, const uint8_t *panel, const int32_t *corr,
 			const uint8_t *xu, int64_t ldx, int32_t *isum);
+	/* Q8_0 for MM_INT_TILE_MAX_M < m <= MM_AMX_LANES (batched decode) with
+	 * AMX-INT8 tile dot products, reading the weight blocks where they lie
+	 * (one tile load: 16 rows x the 32 quants of one block), nothing packed.
+	 * NULL when the path has none; amx_ok() says whether this CPU and OS
+	 * allow it (asks the OS for the tile state once). Weight rows r0 ..
+	 * r0+nrows-1 (any count). xt: quantized X, signed (not + 128), in the
+	 * tile B layout xt[(k/4)*64 + j*4 + k%4] = X[j][k], 0 for j >= m;
+	 * xdt[b*16 + j] = d_x of row j, block b, 0 for j >= m. y[j*ldy + i]
+	 * (y at output column r0, i < nrows, j < m) =
+	 * sum_b fma-accumulated (dw*dx) * (exact block dot), block by block:
+	 * the same F32 operations in the same order as gemm_q8, bit for bit. */
+	int (*amx_ok)(void);
+	void (*gemm_q8_amx)(const struct kmat *w, int64_t r0, int64_t nrows, const int8_t *xt,
+			    const float *xdt, int m, float *y, int64_t ldy);
 };
 
 #define MM_QNR 32 /* weight rows per packed int8 panel */
 #define MM_BX_LANES 16 /* X rows per broadcast GEMV (one zmm of F32) */
 #define MM_BX_ROWS 16  /* weight rows per broadcast GEMV call */
+#define MM_AMX_LANES 16 /* X rows per AMX tile (its 16 int32 columns) */
 
 
 const struct mm_kernels *mm_kernels_scalar(void);

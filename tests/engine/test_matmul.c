@@ -310,12 +310,61 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+/* Batched Q8_0 decode (4 <= m <= 16; on AVX-512 with AMX the tile path,
+ * else the packed GEMM) gives each X row exactly the bits the packed GEMM
+ * gives it at m = 17: the same exact block dots, scaled and summed in the
+ * same F32 order. Ragged rows (257: a last group of 1; 31) and an odd
+ * block count (96 columns) cover the tile path's edges. */
+START_TEST(test_q8_batched_bits)
+{
+	if (!kcpu_isa_supported(KCPU_ISA_AVX512))
+		return;
+	static const int64_t shapes[][2] = { { 257, 96 }, { 31, 2048 }, { 48, 32 } };
+	static const int bm[] = { 4, 5, 13, 16 };
+	struct kpool *pool;
+	ck_assert_int_eq(kpool_create(2, &pool), 0);
+	int bad = 0;
+	for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+		const int64_t rows = shapes[si][0], cols = shapes[si][1];
+		struct wmat wm;
+		wmat_make(&wm, DT_Q8_0, rows, cols, PER_ROW);
+		float *x = malloc((size_t)(17 * cols) * sizeof(float));
+		float *y17 = malloc((size_t)(17 * rows) * sizeof(float));
+		float *y = malloc((size_t)(16 * rows) * sizeof(float));
+		for (int64_t i = 0; i < 17 * cols; i++)
+			x[i] = frand() * (i % 7 == 0 ? 100.0f : 1.0f);
+		memset(x + 2 * cols, 0, (size_t)cols * sizeof(float)); /* zero scales */
+		ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, 17, y17, KCPU_ISA_AVX512), 0);
+		for (size_t mi = 0; mi < sizeof bm / sizeof *bm; mi++) {
+			const int m = bm[mi];
+			for (int64_t i = 0; i < m * rows; i++)
+				y[i] = NAN;
+			ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, m, y, KCPU_ISA_AVX512), 0);
+			for (int64_t i = 0; i < m * rows; i++)
+				if (memcmp(&y[i], &y17[i], sizeof(float))) {
+					if (bad++ < 5)
+						fprintf(stderr, "  q8 m=%d rows=%lld cols=%lld y[%lld]: %.9g vs m=17 %.9g\n",
+							m, (long long)rows, (long long)cols, (long long)i,
+							y[i], y17[i]);
+				}
+		}
+		free(x);
+		free(y17);
+		free(y);
+		wmat_free(&wm);
+	}
+	kpool_destroy(pool);
+	ck_assert_msg(bad == 0, "%d outputs differ from the m = 17 path's bits", bad);
+}
+END_TEST
+
 static Suite *matmul_suite(void)
 {
 	Suite *s = suite_create("matmul");
 	TCase *tc = tcase_create("sweep");
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_sweep, 0, (int)(sizeof cases / sizeof *cases));
+	tcase_add_test(tc, test_q8_batched_bits);
 	tcase_add_test(tc, test_entry_points);
 	tcase_add_test(tc, test_bad_args);
 	suite_add_tcase(s, tc);

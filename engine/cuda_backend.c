@@ -211,7 +211,7 @@ struct convert_job {
 	char *dst;	/* rows * dst_row bytes */
 	float *scales;	/* I8/F8: one per row */
 	size_t dst_row;
-	int rc[64];	/* per worker; workers beyond 64 share the last */
+	int *rc;	/* one per worker */
 };
 
 static void convert_rows(void *ctx, int ith, int nth)
@@ -219,7 +219,7 @@ static void convert_rows(void *ctx, int ith, int nth)
 	struct convert_job *j = ctx;
 	long r0, r1;
 	kpool_split((long)j->src->rows, ith, nth, &r0, &r1);
-	int *rc = &j->rc[ith < 64 ? ith : 63];
+	int *rc = &j->rc[ith];
 	uint64_t src_row;
 	if (r0 >= r1 || *rc)
 		return;
@@ -253,13 +253,17 @@ static void convert_rows(void *ctx, int ith, int nth)
 static int convert(struct cuda_backend *cb, const struct kmat *src, enum dtype dt, char *dst,
 		   size_t dst_row, float *scales)
 {
+	const int nth = cb->load_pool ? kpool_size(cb->load_pool) : 1;
 	struct convert_job j = { .src = src, .dt = dt, .dst = dst, .scales = scales,
-				 .dst_row = dst_row };
+				 .dst_row = dst_row, .rc = calloc((size_t)nth, sizeof(int)) };
+	if (!j.rc)
+		return ERR_NOMEM;
 	kpool_run(cb->load_pool, convert_rows, &j);
-	for (int i = 0; i < 64; i++)
-		if (j.rc[i])
-			return j.rc[i];
-	return 0;
+	int rc = 0;
+	for (int i = 0; i < nth && !rc; i++)
+		rc = j.rc[i];
+	free(j.rc);
+	return rc;
 }
 
 /* The storage dtype a group of matrices gets on the device: the requested

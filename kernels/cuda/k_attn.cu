@@ -1019,17 +1019,28 @@ template <int HD, typename KT> int launch_decode(cudaStream_t st, const k_attn_a
 	return kcu_launched("attn_merge_kernel");
 }
 
+// Prefill tiles of qn query vectors (row x head): a GQA group split into
+// chunks of at most qn heads, qn / hc rows per tile. false when the grid
+// would pass CUDA's y/z limits.
+bool prefill_grid(const k_attn_args &a, int qn, attn_geo *g, unsigned *gx, unsigned *gy)
+{
+	g->hc = g->group < qn ? g->group : qn;
+	g->n_hchunks = (g->group + g->hc - 1) / g->hc;
+	g->rows_per_tile = qn / g->hc;
+	const long long y = (long long)a.n_kv_heads * g->n_hchunks;
+	if (y > 65535 || a.n_seqs > 65535)
+		return false;
+	*gy = (unsigned)y;
+	*gx = (unsigned)((a.max_rows_per_seq + g->rows_per_tile - 1) / g->rows_per_tile);
+	return true;
+}
+
 template <int HD, typename KT>
 int launch_prefill(cudaStream_t st, const k_attn_args &a, attn_geo g)
 {
-	using C = pf_cfg<HD>;
-	g.hc = g.group < C::QN ? g.group : C::QN;
-	g.n_hchunks = (g.group + g.hc - 1) / g.hc;
-	g.rows_per_tile = C::QN / g.hc;
-	const long long gy = (long long)a.n_kv_heads * g.n_hchunks;
-	if (gy > 65535 || a.n_seqs > 65535)
+	unsigned gx, gy;
+	if (!prefill_grid(a, pf_cfg<HD>::QN, &g, &gx, &gy))
 		return ERR_INVAL;
-	const unsigned gx = (unsigned)((a.max_rows_per_seq + g.rows_per_tile - 1) / g.rows_per_tile);
 	const size_t smem = pf_smem_bytes<HD>();
 	int rc = kcu_check(cudaFuncSetAttribute(attn_prefill_kernel<HD, KT>,
 						cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1037,20 +1048,16 @@ int launch_prefill(cudaStream_t st, const k_attn_args &a, attn_geo g)
 			   "attn_prefill_kernel smem");
 	if (rc)
 		return rc;
-	attn_prefill_kernel<HD, KT><<<dim3(gx, (unsigned)gy, (unsigned)a.n_seqs), PF_THREADS, smem, st>>>(a, g);
+	attn_prefill_kernel<HD, KT><<<dim3(gx, gy, (unsigned)a.n_seqs), PF_THREADS, smem, st>>>(a, g);
 	return kcu_launched("attn_prefill_kernel");
 }
 
 template <int HD, typename KT>
 int launch_prefill_tc(cudaStream_t st, const k_attn_args &a, attn_geo g)
 {
-	g.hc = g.group < TC_BM ? g.group : TC_BM;
-	g.n_hchunks = (g.group + g.hc - 1) / g.hc;
-	g.rows_per_tile = TC_BM / g.hc;
-	const long long gy = (long long)a.n_kv_heads * g.n_hchunks;
-	if (gy > 65535 || a.n_seqs > 65535)
+	unsigned gx, gy;
+	if (!prefill_grid(a, TC_BM, &g, &gx, &gy))
 		return ERR_INVAL;
-	const unsigned gx = (unsigned)((a.max_rows_per_seq + g.rows_per_tile - 1) / g.rows_per_tile);
 	const size_t smem = tc_cfg<HD>::bytes;
 	int rc = kcu_check(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD, KT>,
 						cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1058,7 +1065,7 @@ int launch_prefill_tc(cudaStream_t st, const k_attn_args &a, attn_geo g)
 			   "attn_prefill_tc_kernel smem");
 	if (rc)
 		return rc;
-	attn_prefill_tc_kernel<HD, KT><<<dim3(gx, (unsigned)gy, (unsigned)a.n_seqs), TC_THREADS, smem, st>>>(a, g);
+	attn_prefill_tc_kernel<HD, KT><<<dim3(gx, gy, (unsigned)a.n_seqs), TC_THREADS, smem, st>>>(a, g);
 	return kcu_launched("attn_prefill_tc_kernel");
 }
 

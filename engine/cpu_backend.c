@@ -59,13 +59,37 @@ static int quantize_weight(struct cpu_backend *cb, struct kmat *w, enum dtype to
 	return 0;
 }
 
+/* Q8_0 matrices get the repacked copy the AVX-512 VNNI path reads
+ * (kcpu_q8_pack: same size as the blocks, built once here over the pool)
+ * where this CPU gains from it; the blocks stay the kmat's data for
+ * everything else. The copy is owned by the backend. */
+static int pack_weight(struct cpu_backend *cb, struct kmat *w, const char *name, struct diag *d)
+{
+	if (w->dtype != DT_Q8_0 || w->packed || !kcpu_q8_pack_wanted())
+		return 0;
+	size_t bytes;
+	int rc = kcpu_q8_pack_bytes(w, &bytes);
+	if (rc)
+		return diag_set(d, rc, "%s: cannot repack (%s)", name, err_str(rc));
+	void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	if ((rc = own(cb, p)))
+		return diag_set(d, rc, "%s: out of memory repacking", name);
+	if ((rc = kcpu_q8_pack(cb->pool, w, p)))
+		return diag_set(d, rc, "%s: repacking failed (%s)", name, err_str(rc));
+	w->packed = p;
+	return 0;
+}
+
 /* A (rows, cols) weight matrix as a kmat (backend_matrix_view checks it),
- * converted when quant asks. */
+ * converted when quant asks, repacked for the matmul when that pays. */
 static int weight_view(struct cpu_backend *cb, const struct tensor *t, int64_t rows, int64_t cols,
 		       enum dtype quant, struct kmat *out, struct diag *d)
 {
+	const char *name = t->name ? t->name : "(unnamed)";
 	int rc = backend_matrix_view(t, rows, cols, out, d);
-	return rc ? rc : quantize_weight(cb, out, quant, t->name ? t->name : "(unnamed)", d);
+	if (!rc)
+		rc = quantize_weight(cb, out, quant, name, d);
+	return rc ? rc : pack_weight(cb, out, name, d);
 }
 
 /* A (n) vector as an F32 copy owned by the backend; *out NULL when absent and
@@ -283,10 +307,12 @@ int backend_cpu_create(const struct model *m, const struct engine_opts *opts,
 	backend_rope_inv_freq(c, &m->w.rope_freqs, cb->inv_freq);
 	/* Embeddings stay in the file's dtype: only gathered rows are dequantized,
 	 * and a tied LM head must read the very same table. */
-	if ((rc = weight_view(cb, &m->w.tok_embd, c->vocab, c->hidden, DT_F32, &cb->tok_embd, d)))
+	if ((rc = backend_matrix_view(&m->w.tok_embd, c->vocab, c->hidden, &cb->tok_embd, d)))
 		goto fail;
 	if (c->tied_embeddings || !tensor_present(&m->w.lm_head)) {
-		cb->lm_head = cb->tok_embd;
+		cb->lm_head = cb->tok_embd; /* the same blocks; only the head is repacked */
+		if ((rc = pack_weight(cb, &cb->lm_head, "token embeddings as LM head", d)))
+			goto fail;
 	} else if ((rc = weight_view(cb, &m->w.lm_head, c->vocab, c->hidden, DT_F32, &cb->lm_head,
 				     d))) {
 		/* The LM head keeps its dtype under --quantization, as vLLM does:

@@ -342,6 +342,103 @@ static void transpose_xq_worker(void *p, int ith, int nth)
 	}
 }
 
+/* ---- repacked Q8_0 ------------------------------------------------------------ */
+
+struct q8p_call {
+	const struct mm_kernels *k;
+	const struct kmat *w;
+	const float *x;
+	int m;
+	float *y;
+	int64_t nb;	/* blocks per row */
+	int8_t *xq;	/* X in gemm_q8p's chunk layout (matmul_impl.h) */
+	float *xd;
+	int32_t *xc;
+	int64_t xblock; /* X rows per pass over the panels (a multiple of 16) */
+};
+
+/* X rows into the chunk layout; threads split the rows. */
+static void q8p_quantize_worker(void *p, int ith, int nth)
+{
+	const struct q8p_call *c = p;
+	const int64_t nb = c->nb, cols = c->w->cols;
+	long j0, j1;
+	kpool_split(c->m, ith, nth, &j0, &j1);
+	for (long j = j0; j < j1; j++) {
+		const int64_t at = (j / MM_Q8P_MR) * nb * MM_Q8P_MR + j % MM_Q8P_MR;
+		for (int64_t b = 0; b < nb; b++) {
+			const int64_t i = at + b * MM_Q8P_MR;
+			int8_t *q = c->xq + i * Q8_0_BLOCK;
+			const float *xb = c->x + j * cols + b * Q8_0_BLOCK;
+			if (c->k->quant_act)
+				c->k->quant_act(xb, Q8_0_BLOCK, q, c->xd + i, 1);
+			else
+				kcpu_quantize_act_q8_0(xb, Q8_0_BLOCK, q, c->xd + i);
+			int32_t sum = 0;
+			for (int k = 0; k < Q8_0_BLOCK; k++)
+				sum += q[k];
+			c->xc[i] = -128 * sum;
+		}
+	}
+}
+
+/* Threads split the 16-row panels; X goes in blocks of rows that stay in
+ * L2 while every panel of the thread passes over them. */
+static void q8p_worker(void *p, int ith, int nth)
+{
+	const struct q8p_call *c = p;
+	const int64_t rows = c->w->rows, nb = c->nb;
+	const size_t panel_bytes = (size_t)((nb + 1) / 2) * MM_Q8P_PAIR_BYTES;
+	const int64_t chunk = nb * MM_Q8P_MR; /* blocks per X chunk */
+	long p0, p1;
+	kpool_split((long)((rows + MM_Q8P_ROWS - 1) / MM_Q8P_ROWS), ith, nth, &p0, &p1);
+	for (int64_t b0 = 0; b0 < c->m; b0 += c->xblock) {
+		const int64_t b1 = b0 + c->xblock < c->m ? b0 + c->xblock : c->m;
+		for (long pi = p0; pi < p1; pi++) {
+			const int64_t r0 = (int64_t)pi * MM_Q8P_ROWS;
+			const int nv = (int)(rows - r0 < MM_Q8P_ROWS ? rows - r0 : MM_Q8P_ROWS);
+			const uint8_t *panel = (const uint8_t *)c->w->packed + (size_t)pi * panel_bytes;
+			for (int64_t j0 = b0; j0 < b1; j0 += MM_Q8P_MR) {
+				const int mr = (int)(b1 - j0 < MM_Q8P_MR ? b1 - j0 : MM_Q8P_MR);
+				const int64_t ci = j0 / MM_Q8P_MR * chunk;
+				c->k->gemm_q8p(mr, nb, panel, c->xq + ci * Q8_0_BLOCK, c->xd + ci,
+					       c->xc + ci, c->y + j0 * rows + r0, rows, nv);
+			}
+		}
+	}
+}
+
+/* The repacked path: scratch for X in the chunk layout, quantize, run.
+ * Returns ERR_NOMEM / ERR_OVERFLOW when scratch cannot be had. */
+static int run_q8p(struct kpool *pool, const struct mm_kernels *k, const struct kmat *w,
+		   const float *x, int m, float *y)
+{
+	struct q8p_call c = { .k = k, .w = w, .x = x, .m = m, .y = y,
+			      .nb = w->cols / Q8_0_BLOCK };
+	const size_t n_chunks = ((size_t)m + MM_Q8P_MR - 1) / MM_Q8P_MR;
+	size_t n_blocks, q_bytes, f_bytes, shared;
+	int rc = ck_mul(n_chunks * MM_Q8P_MR, (size_t)c.nb, &n_blocks);
+	if (!rc)
+		rc = ck_mul(n_blocks, Q8_0_BLOCK, &q_bytes);
+	if (!rc)
+		rc = ck_mul(n_blocks, sizeof(float), &f_bytes); /* xd, and xc the same */
+	if (!rc)
+		rc = ck_add(q_bytes, 2 * f_bytes, &shared);
+	if (!rc)
+		rc = kpool_reserve(pool, 0, shared);
+	if (rc)
+		return rc;
+	c.xq = kpool_shared(pool);
+	c.xd = (float *)(void *)(c.xq + q_bytes);
+	c.xc = (int32_t *)(void *)((char *)c.xd + f_bytes);
+	c.xblock = (int64_t)(MM_XBLOCK_BYTES / (size_t)w->cols) / MM_Q8P_MR * MM_Q8P_MR;
+	if (c.xblock < MM_Q8P_MR)
+		c.xblock = MM_Q8P_MR;
+	kpool_run(pool, q8p_quantize_worker, &c);
+	kpool_run(pool, q8p_worker, &c);
+	return 0;
+}
+
 /* Threads take whole groups of 16 weight rows (one tile's worth). */
 static void q8_amx_worker(void *p, int ith, int nth)
 {
@@ -520,6 +617,13 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 	struct mm_call c = *proto;
 	c.pool = pool;
 	const struct kmat *w = c.w;
+	if (w->dtype == DT_Q8_0 && w->packed && c.k->gemm_q8p) {
+		int rc = run_q8p(pool, c.k, w, c.x, c.m, c.y);
+		if (rc != ERR_NOMEM && rc != ERR_OVERFLOW)
+			return rc;
+		kpool_run(pool, fallback_worker, &c);
+		return 0;
+	}
 	const size_t cols = (size_t)w->cols, m = (size_t)c.m;
 	size_t per_thread = 0, shared = 0;
 	int rc = 0;

@@ -39,6 +39,9 @@ struct kmat {
 	const void *data;   /* rows * row_bytes(cols) bytes */
 	const float *scale; /* I8 / F8_E4M3: n_scale values, else NULL */
 	int64_t n_scale;    /* 1 (per tensor) or rows (per row) */
+	/* Q8_0 only, optional: the same blocks repacked by kcpu_q8_pack
+	 * (borrowed; data stays valid and is what every other reader uses). */
+	const void *packed;
 };
 
 /* Dequantize row r of w into out[cols] (reference; also used for embedding gathers). */
@@ -76,5 +79,22 @@ enum kcpu_isa kcpu_isa_best(void);
  * the return value dropped: callers must pass valid shapes. */
 int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
 		    enum kcpu_isa isa);
+
+/* Q8_0 weights repacked for the AVX-512 VNNI path (kernels/cpu/q8_pack.c):
+ * 16 rows per panel, each pair of blocks as 2 x 512 bytes of quants (4
+ * consecutive k of the 16 rows per 64-byte line, stored + 128) then 2 x 16
+ * F16 scales: the same 34 bytes per 32 weights as the file, but every load
+ * of the kernel is one aligned line shared by all X rows, so one kernel
+ * serves decode at any batch and prefill without packing per call (the
+ * per-call packer costs more than the arithmetic below ~16 rows).
+ * kcpu_matmul uses w->packed on the AVX-512 path and ignores it elsewhere.
+ * kcpu_q8_pack_wanted: whether this CPU's best path gains from it (AVX-512
+ * VNNI without AMX-INT8 tiles, which read the blocks in place instead).
+ * kcpu_q8_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW).
+ * kcpu_q8_pack: fill out (64-byte aligned, kcpu_q8_pack_bytes long) from
+ * w's blocks, over the pool's threads (pool may be NULL). */
+int kcpu_q8_pack_wanted(void);
+int kcpu_q8_pack_bytes(const struct kmat *w, size_t *out);
+int kcpu_q8_pack(struct kpool *pool, const struct kmat *w, void *out);
 
 #endif

@@ -798,6 +798,99 @@ T512 static void gemm_i8_avx512(int mr, int64_t ng, const uint8_t *panel, const 
 	}
 }
 
+/* ---- repacked Q8_0 (kcpu_q8_pack): decode and prefill ---------------------- */
+
+#define MM_Q8P_PF 4	    /* pairs (4.3 KB) ahead */
+#define MM_Q8P_PF_MIN_MR 2 /* software prefetch above this many X rows */
+
+/* vpdpbusd with the signed operand broadcast from memory ({1to16}): GCC
+ * would load it with a separate vpbroadcastd first. */
+#define DPBUSD_BCST(acc, w, p)                                                        \
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(p)))
+
+/* One 16-row panel against MR X rows (a chunk in the layout of
+ * matmul_impl.h), block by block: the 8 lines of quants (w + 128,
+ * unsigned) are loaded once into registers and each X row's 4 quants per
+ * line are broadcast from memory into vpdpbusd (the signed operand), so the
+ * correction is the X side's -128 * sum(block), which starts the sum. Per
+ * X row and block: 8 vpdpbusd and 3 other operations, for every m: decode
+ * at any batch size streams the panels once, and the F32 expression per
+ * output is gemm_q8_tile's, bit for bit. */
+INLINE512 void q8p_tile(const int MR, int64_t nb, const uint8_t *panel, const int8_t *xq,
+			const float *xd, const int32_t *xc, float *y, int64_t ldy, int nv)
+{
+	__m512 acc[MM_Q8P_MR];
+#pragma GCC unroll 16
+	for (int i = 0; i < MR; i++)
+		acc[i] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *pair = panel + (b >> 1) * MM_Q8P_PAIR_BYTES;
+		const uint8_t *codes = pair + (b & 1) * 8 * 64;
+		/* Panels stream from memory (the next panel follows this one):
+		 * with more than MM_Q8P_PF_MIN_MR X rows the loop is too long per
+		 * line for the out-of-order window to keep enough loads in
+		 * flight, so ask for the lines MM_Q8P_PF pairs ahead, half a pair
+		 * per block (may point past the weights: prefetches do not
+		 * fault). */
+		const char *pf = addr_plus(pair, (size_t)MM_Q8P_PF * MM_Q8P_PAIR_BYTES +
+							 (size_t)(b & 1) * (MM_Q8P_PAIR_BYTES / 2));
+#pragma GCC unroll 9
+		for (int l = 0; MR > MM_Q8P_PF_MIN_MR && l < (MM_Q8P_PAIR_BYTES / 2 + 63) / 64; l++)
+			_mm_prefetch(pf + l * 64, _MM_HINT_T0);
+		const __m512 dw = _mm512_cvtph_ps(
+			_mm256_load_si256((const void *)(pair + 2 * 8 * 64 + (b & 1) * 32)));
+		__m512i wv[8];
+#pragma GCC unroll 8
+		for (int g = 0; g < 8; g++) {
+			wv[g] = _mm512_load_si512((const void *)(codes + g * 64));
+			__asm__("" : "+v"(wv[g])); /* one load, reused by every X row */
+		}
+		const int8_t *xb = xq + b * MM_Q8P_MR * Q8_0_BLOCK;
+		const float *db = xd + b * MM_Q8P_MR;
+		const int32_t *cb = xc + b * MM_Q8P_MR;
+#pragma GCC unroll 16
+		for (int i = 0; i < MR; i++) {
+			const int8_t *xp = xb + i * Q8_0_BLOCK;
+			__m512i s = _mm512_set1_epi32(cb[i]);
+			if (MR <= 2) { /* few rows: two chains, so the block's latency hides */
+				__m512i s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+				for (int g = 0; g < 8; g += 2) {
+					DPBUSD_BCST(s, wv[g], xp + 4 * g);
+					DPBUSD_BCST(s1, wv[g + 1], xp + 4 * g + 4);
+				}
+				s = _mm512_add_epi32(s, s1);
+			} else {
+#pragma GCC unroll 8
+				for (int g = 0; g < 8; g++)
+					DPBUSD_BCST(s, wv[g], xp + 4 * g);
+			}
+			acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+						 _mm512_mul_ps(dw, _mm512_set1_ps(db[i])), acc[i]);
+		}
+	}
+	const __mmask16 mk = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
+#pragma GCC unroll 16
+	for (int i = 0; i < MR; i++)
+		_mm512_mask_storeu_ps(y + i * ldy, mk, acc[i]);
+}
+
+#define Q8P_CASE(n)                                                             \
+	case n: q8p_tile(n, nb, panel, xq, xd, xc, y, ldy, nv); break
+
+T512 static void gemm_q8p_avx512(int mr, int64_t nb, const uint8_t *panel, const int8_t *xq,
+				 const float *xd, const int32_t *xc, float *y, int64_t ldy, int nv)
+{
+	switch (mr) {
+	Q8P_CASE(1); Q8P_CASE(2); Q8P_CASE(3); Q8P_CASE(4);
+	Q8P_CASE(5); Q8P_CASE(6); Q8P_CASE(7); Q8P_CASE(8);
+	Q8P_CASE(9); Q8P_CASE(10); Q8P_CASE(11); Q8P_CASE(12);
+	Q8P_CASE(13); Q8P_CASE(14); Q8P_CASE(15); Q8P_CASE(16);
+	default: break;
+	}
+}
+_Static_assert(MM_Q8P_MR == 16 && MM_Q8P_ROWS == 16, "gemm_q8p_avx512: one zmm per X row");
+
 /* ---- Q8_0 with AMX tiles (batched decode) ----------------------------------- */
 
 /* Linux gives a process the AMX tile data state only on request. */
@@ -951,6 +1044,7 @@ static const struct mm_kernels avx512_kernels = {
 	.gemm_i8 = gemm_i8_avx512,
 	.amx_ok = amx_ok_avx512,
 	.gemm_q8_amx = gemm_q8_amx_avx512,
+	.gemm_q8p = gemm_q8p_avx512,
 };
 
 const struct mm_kernels *mm_kernels_avx512(void)

@@ -42,9 +42,21 @@ struct wmat {
 	struct kmat k;
 	void *data;
 	float *scale;
+	void *packed;
 };
 
-enum scale_kind { PER_ROW, PER_TENSOR };
+/* PACKED: Q8_0 with its kcpu_q8_pack copy (used by the AVX-512 path) */
+enum scale_kind { PER_ROW, PER_TENSOR, PACKED };
+
+static void wmat_pack(struct wmat *wm)
+{
+	size_t bytes;
+	ck_assert_int_eq(kcpu_q8_pack_bytes(&wm->k, &bytes), 0);
+	wm->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+	ck_assert_ptr_nonnull(wm->packed);
+	ck_assert_int_eq(kcpu_q8_pack(NULL, &wm->k, wm->packed), 0);
+	wm->k.packed = wm->packed;
+}
 
 static void wmat_make(struct wmat *wm, enum dtype t, int64_t rows, int64_t cols,
 		      enum scale_kind sk)
@@ -103,12 +115,15 @@ static void wmat_make(struct wmat *wm, enum dtype t, int64_t rows, int64_t cols,
 	}
 	wm->k.data = wm->data;
 	free(f);
+	if (sk == PACKED && t == DT_Q8_0 && rows > 0)
+		wmat_pack(wm);
 }
 
 static void wmat_free(struct wmat *wm)
 {
 	free(wm->data);
 	free(wm->scale);
+	free(wm->packed);
 }
 
 /* sum_k |w_k x_k| and sum_k |w_k| * d_x(k) / 2 for every output. */
@@ -180,6 +195,7 @@ struct sweep_case {
 static const struct sweep_case cases[] = {
 	{ DT_F32, PER_ROW }, { DT_F16, PER_ROW },  { DT_BF16, PER_ROW },     { DT_Q8_0, PER_ROW },
 	{ DT_I8, PER_ROW },  { DT_I8, PER_TENSOR }, { DT_F8_E4M3, PER_ROW }, { DT_F8_E4M3, PER_TENSOR },
+	{ DT_Q8_0, PACKED },
 };
 
 START_TEST(test_sweep)
@@ -233,7 +249,8 @@ START_TEST(test_sweep)
 						char what[160];
 						snprintf(what, sizeof what, "%s%s %s m=%d rows=%lld cols=%lld threads=%d",
 							 dtype_name(sc->dtype),
-							 sc->sk == PER_TENSOR ? "(per-tensor)" : "",
+							 sc->sk == PER_TENSOR ? "(per-tensor)"
+							 : sc->sk == PACKED ? "(packed)" : "",
 							 kcpu_isa_name((enum kcpu_isa)isa), m, (long long)rows,
 							 (long long)cols, threads_set[t]);
 						int bad;
@@ -311,10 +328,12 @@ START_TEST(test_bad_args)
 END_TEST
 
 /* Batched Q8_0 decode (4 <= m <= 16; on AVX-512 with AMX the tile path,
- * else the packed GEMM) gives each X row exactly the bits the packed GEMM
- * gives it at m = 17: the same exact block dots, scaled and summed in the
- * same F32 order. Ragged rows (257: a last group of 1; 31) and an odd
- * block count (96 columns) cover the tile path's edges. */
+ * else the packed GEMM) and the repacked weights (kcpu_q8_pack) at every
+ * m, 1 to 40, give each X row exactly the bits the packed GEMM gives it at
+ * m = 17: the same exact block dots, scaled and summed in the same F32
+ * order, so a sequence's logits do not depend on its batch. Ragged rows
+ * (257: a last group of 1; 31) and an odd block count (96 columns: a half
+ * pair) cover the edges. */
 START_TEST(test_q8_batched_bits)
 {
 	if (!kcpu_isa_supported(KCPU_ISA_AVX512))
@@ -328,10 +347,10 @@ START_TEST(test_q8_batched_bits)
 		const int64_t rows = shapes[si][0], cols = shapes[si][1];
 		struct wmat wm;
 		wmat_make(&wm, DT_Q8_0, rows, cols, PER_ROW);
-		float *x = malloc((size_t)(17 * cols) * sizeof(float));
+		float *x = malloc((size_t)(40 * cols) * sizeof(float));
 		float *y17 = malloc((size_t)(17 * rows) * sizeof(float));
-		float *y = malloc((size_t)(16 * rows) * sizeof(float));
-		for (int64_t i = 0; i < 17 * cols; i++)
+		float *y = malloc((size_t)(40 * rows) * sizeof(float));
+		for (int64_t i = 0; i < 40 * cols; i++)
 			x[i] = frand() * (i % 7 == 0 ? 100.0f : 1.0f);
 		memset(x + 2 * cols, 0, (size_t)cols * sizeof(float)); /* zero scales */
 		ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, 17, y17, KCPU_ISA_AVX512), 0);
@@ -348,6 +367,28 @@ START_TEST(test_q8_batched_bits)
 							y[i], y17[i]);
 				}
 		}
+		/* the repacked copy: m = 40 against m = 17's bits on its first 17
+		 * rows, then every m below 40 against m = 40 */
+		wmat_pack(&wm);
+		float *y40 = malloc((size_t)(40 * rows) * sizeof(float));
+		ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, 40, y40, KCPU_ISA_AVX512), 0);
+		for (int64_t i = 0; i < 17 * rows; i++)
+			if (memcmp(&y40[i], &y17[i], sizeof(float)) && bad++ < 5)
+				fprintf(stderr, "  q8 packed m=40 y[%lld]: %.9g vs m=17 %.9g\n",
+					(long long)i, y40[i], y17[i]);
+		for (int m = 1; m < 40; m++) {
+			for (int64_t i = 0; i < m * rows; i++)
+				y[i] = NAN;
+			ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, m, y, KCPU_ISA_AVX512), 0);
+			for (int64_t i = 0; i < m * rows; i++)
+				if (memcmp(&y[i], &y40[i], sizeof(float))) {
+					if (bad++ < 5)
+						fprintf(stderr, "  q8 packed m=%d rows=%lld cols=%lld y[%lld]: %.9g vs m=40 %.9g\n",
+							m, (long long)rows, (long long)cols, (long long)i,
+							y[i], y40[i]);
+				}
+		}
+		free(y40);
 		free(x);
 		free(y17);
 		free(y);

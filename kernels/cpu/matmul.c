@@ -342,54 +342,89 @@ static void transpose_xq_worker(void *p, int ith, int nth)
 	}
 }
 
-/* ---- repacked Q8_0 ------------------------------------------------------------ */
+/* ---- repacked Q8_0 / I8 ----------------------------------------------------------- */
 
-struct q8p_call {
+struct pk_call {
 	const struct mm_kernels *k;
+	struct kpool *pool;
 	const struct kmat *w;
 	const float *x;
 	int m;
 	float *y;
-	int64_t nb;	/* blocks per row */
+	int64_t nb;	/* 32-k blocks per row (I8: the last one zero-padded) */
 	int8_t *xq;	/* X in gemm_q8p's chunk layout (matmul_impl.h) */
-	float *xd;
+	float *xd;	/* per block (Q8_0) or per row (I8) */
 	int32_t *xc;
 	int64_t xblock; /* X rows per pass over the panels (a multiple of 16) */
 };
 
-/* X rows into the chunk layout; threads split the rows. */
-static void q8p_quantize_worker(void *p, int ith, int nth)
+/* Q8_0: each block quantized into its place in the chunk layout. */
+static void pk_quantize_q8(const struct pk_call *c, long j)
 {
-	const struct q8p_call *c = p;
+	const int64_t nb = c->nb;
+	const int64_t at = (j / MM_Q8P_MR) * nb * MM_Q8P_MR + j % MM_Q8P_MR;
+	for (int64_t b = 0; b < nb; b++) {
+		const int64_t i = at + b * MM_Q8P_MR;
+		int8_t *q = c->xq + i * Q8_0_BLOCK;
+		const float *xb = c->x + j * c->w->cols + b * Q8_0_BLOCK;
+		if (c->k->quant_act)
+			c->k->quant_act(xb, Q8_0_BLOCK, q, c->xd + i, 1);
+		else
+			kcpu_quantize_act_q8_0(xb, Q8_0_BLOCK, q, c->xd + i);
+		int32_t sum = 0;
+		for (int k = 0; k < Q8_0_BLOCK; k++)
+			sum += q[k];
+		c->xc[i] = -128 * sum;
+	}
+}
+
+/* I8: the row quantized with one scale into row (nb * 32 bytes of thread
+ * scratch), then its blocks copied into place, zeros past cols. */
+static void pk_quantize_i8(const struct pk_call *c, long j, int8_t *row)
+{
 	const int64_t nb = c->nb, cols = c->w->cols;
+	const int64_t chunk = j / MM_Q8P_MR, r = j % MM_Q8P_MR;
+	float *d = c->xd + chunk * MM_Q8P_MR + r;
+	if (c->k->quant_act)
+		c->k->quant_act(c->x + j * cols, cols, row, d, 0);
+	else
+		kcpu_quantize_act_i8(c->x + j * cols, cols, row, d);
+	memset(row + cols, 0, (size_t)(nb * Q8_0_BLOCK - cols));
+	int32_t sum = 0; /* |sum| <= 127 * MM_I8P_MAX_K */
+	for (int64_t k = 0; k < cols; k++)
+		sum += row[k];
+	c->xc[chunk * MM_Q8P_MR + r] = -128 * sum;
+	for (int64_t b = 0; b < nb; b++)
+		memcpy(c->xq + ((chunk * nb + b) * MM_Q8P_MR + r) * Q8_0_BLOCK, row + b * Q8_0_BLOCK,
+		       Q8_0_BLOCK);
+}
+
+/* X rows into the chunk layout; threads split the rows. */
+static void pk_quantize_worker(void *p, int ith, int nth)
+{
+	const struct pk_call *c = p;
 	long j0, j1;
 	kpool_split(c->m, ith, nth, &j0, &j1);
 	for (long j = j0; j < j1; j++) {
-		const int64_t at = (j / MM_Q8P_MR) * nb * MM_Q8P_MR + j % MM_Q8P_MR;
-		for (int64_t b = 0; b < nb; b++) {
-			const int64_t i = at + b * MM_Q8P_MR;
-			int8_t *q = c->xq + i * Q8_0_BLOCK;
-			const float *xb = c->x + j * cols + b * Q8_0_BLOCK;
-			if (c->k->quant_act)
-				c->k->quant_act(xb, Q8_0_BLOCK, q, c->xd + i, 1);
-			else
-				kcpu_quantize_act_q8_0(xb, Q8_0_BLOCK, q, c->xd + i);
-			int32_t sum = 0;
-			for (int k = 0; k < Q8_0_BLOCK; k++)
-				sum += q[k];
-			c->xc[i] = -128 * sum;
-		}
+		if (c->w->dtype == DT_Q8_0)
+			pk_quantize_q8(c, j);
+		else
+			pk_quantize_i8(c, j, kpool_scratch(c->pool, ith));
 	}
 }
 
 /* Threads split the 16-row panels; X goes in blocks of rows that stay in
  * L2 while every panel of the thread passes over them. */
-static void q8p_worker(void *p, int ith, int nth)
+static void pk_worker(void *p, int ith, int nth)
 {
-	const struct q8p_call *c = p;
-	const int64_t rows = c->w->rows, nb = c->nb;
-	const size_t panel_bytes = (size_t)((nb + 1) / 2) * MM_Q8P_PAIR_BYTES;
-	const int64_t chunk = nb * MM_Q8P_MR; /* blocks per X chunk */
+	const struct pk_call *c = p;
+	const struct kmat *w = c->w;
+	const int64_t rows = w->rows, nb = c->nb;
+	const bool q8 = w->dtype == DT_Q8_0;
+	const size_t panel_bytes = q8 ? (size_t)((nb + 1) / 2) * MM_Q8P_PAIR_BYTES
+				      : (size_t)nb * MM_I8P_BLOCK_BYTES;
+	/* X values of a chunk: the quants, and the scales / corrections */
+	const int64_t chunk_q = nb * MM_Q8P_MR, chunk_d = q8 ? chunk_q : MM_Q8P_MR;
 	long p0, p1;
 	kpool_split((long)((rows + MM_Q8P_ROWS - 1) / MM_Q8P_ROWS), ith, nth, &p0, &p1);
 	for (int64_t b0 = 0; b0 < c->m; b0 += c->xblock) {
@@ -397,12 +432,21 @@ static void q8p_worker(void *p, int ith, int nth)
 		for (long pi = p0; pi < p1; pi++) {
 			const int64_t r0 = (int64_t)pi * MM_Q8P_ROWS;
 			const int nv = (int)(rows - r0 < MM_Q8P_ROWS ? rows - r0 : MM_Q8P_ROWS);
-			const uint8_t *panel = (const uint8_t *)c->w->packed + (size_t)pi * panel_bytes;
+			const uint8_t *panel = (const uint8_t *)w->packed + (size_t)pi * panel_bytes;
+			float ws[MM_Q8P_ROWS] = { 0 };
+			for (int i = 0; !q8 && i < nv; i++)
+				ws[i] = mm_row_scale(w, r0 + i);
 			for (int64_t j0 = b0; j0 < b1; j0 += MM_Q8P_MR) {
 				const int mr = (int)(b1 - j0 < MM_Q8P_MR ? b1 - j0 : MM_Q8P_MR);
-				const int64_t ci = j0 / MM_Q8P_MR * chunk;
-				c->k->gemm_q8p(mr, nb, panel, c->xq + ci * Q8_0_BLOCK, c->xd + ci,
-					       c->xc + ci, c->y + j0 * rows + r0, rows, nv);
+				const int64_t ch = j0 / MM_Q8P_MR;
+				const int8_t *xq = c->xq + ch * chunk_q * Q8_0_BLOCK;
+				float *y = c->y + j0 * rows + r0;
+				if (q8)
+					c->k->gemm_q8p(mr, nb, panel, xq, c->xd + ch * chunk_d,
+						       c->xc + ch * chunk_d, y, rows, nv);
+				else
+					c->k->gemm_i8p(mr, nb, panel, xq, c->xd + ch * chunk_d,
+						       c->xc + ch * chunk_d, ws, y, rows, nv);
 			}
 		}
 	}
@@ -410,22 +454,22 @@ static void q8p_worker(void *p, int ith, int nth)
 
 /* The repacked path: scratch for X in the chunk layout, quantize, run.
  * Returns ERR_NOMEM / ERR_OVERFLOW when scratch cannot be had. */
-static int run_q8p(struct kpool *pool, const struct mm_kernels *k, const struct kmat *w,
-		   const float *x, int m, float *y)
+static int run_packed(struct kpool *pool, const struct mm_kernels *k, const struct kmat *w,
+		      const float *x, int m, float *y)
 {
-	struct q8p_call c = { .k = k, .w = w, .x = x, .m = m, .y = y,
-			      .nb = w->cols / Q8_0_BLOCK };
-	const size_t n_chunks = ((size_t)m + MM_Q8P_MR - 1) / MM_Q8P_MR;
+	struct pk_call c = { .k = k, .pool = pool, .w = w, .x = x, .m = m, .y = y,
+			     .nb = (w->cols + Q8_0_BLOCK - 1) / Q8_0_BLOCK };
+	const size_t n_rows = ((size_t)m + MM_Q8P_MR - 1) / MM_Q8P_MR * MM_Q8P_MR;
 	size_t n_blocks, q_bytes, f_bytes, shared;
-	int rc = ck_mul(n_chunks * MM_Q8P_MR, (size_t)c.nb, &n_blocks);
+	int rc = ck_mul(n_rows, (size_t)c.nb, &n_blocks);
 	if (!rc)
 		rc = ck_mul(n_blocks, Q8_0_BLOCK, &q_bytes);
-	if (!rc)
-		rc = ck_mul(n_blocks, sizeof(float), &f_bytes); /* xd, and xc the same */
+	if (!rc) /* xd, and xc as many */
+		rc = ck_mul(w->dtype == DT_Q8_0 ? n_blocks : n_rows, sizeof(float), &f_bytes);
 	if (!rc)
 		rc = ck_add(q_bytes, 2 * f_bytes, &shared);
-	if (!rc)
-		rc = kpool_reserve(pool, 0, shared);
+	if (!rc) /* I8: one quantized row per thread */
+		rc = kpool_reserve(pool, w->dtype == DT_I8 ? (size_t)c.nb * Q8_0_BLOCK : 0, shared);
 	if (rc)
 		return rc;
 	c.xq = kpool_shared(pool);
@@ -434,8 +478,8 @@ static int run_q8p(struct kpool *pool, const struct mm_kernels *k, const struct 
 	c.xblock = (int64_t)(MM_XBLOCK_BYTES / (size_t)w->cols) / MM_Q8P_MR * MM_Q8P_MR;
 	if (c.xblock < MM_Q8P_MR)
 		c.xblock = MM_Q8P_MR;
-	kpool_run(pool, q8p_quantize_worker, &c);
-	kpool_run(pool, q8p_worker, &c);
+	kpool_run(pool, pk_quantize_worker, &c);
+	kpool_run(pool, pk_worker, &c);
 	return 0;
 }
 
@@ -617,8 +661,9 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 	struct mm_call c = *proto;
 	c.pool = pool;
 	const struct kmat *w = c.w;
-	if (w->dtype == DT_Q8_0 && w->packed && c.k->gemm_q8p) {
-		int rc = run_q8p(pool, c.k, w, c.x, c.m, c.y);
+	if (w->packed && ((w->dtype == DT_Q8_0 && c.k->gemm_q8p) ||
+			  (w->dtype == DT_I8 && c.k->gemm_i8p && w->cols <= MM_I8P_MAX_K))) {
+		int rc = run_packed(pool, c.k, w, c.x, c.m, c.y);
 		if (rc != ERR_NOMEM && rc != ERR_OVERFLOW)
 			return rc;
 		kpool_run(pool, fallback_worker, &c);

@@ -39,7 +39,7 @@ struct kmat {
 	const void *data;   /* rows * row_bytes(cols) bytes */
 	const float *scale; /* I8 / F8_E4M3: n_scale values, else NULL */
 	int64_t n_scale;    /* 1 (per tensor) or rows (per row) */
-	/* Q8_0 only, optional: the same blocks repacked by kcpu_q8_pack
+	/* Q8_0 / I8, optional: the same weights repacked by kcpu_int8_pack
 	 * (borrowed; data stays valid and is what every other reader uses). */
 	const void *packed;
 };
@@ -80,21 +80,23 @@ enum kcpu_isa kcpu_isa_best(void);
 int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
 		    enum kcpu_isa isa);
 
-/* Q8_0 weights repacked for the AVX-512 VNNI path (kernels/cpu/q8_pack.c):
- * 16 rows per panel, each pair of blocks as 2 x 512 bytes of quants (4
- * consecutive k of the 16 rows per 64-byte line, stored + 128) then 2 x 16
- * F16 scales: the same 34 bytes per 32 weights as the file, but every load
- * of the kernel is one aligned line shared by all X rows, so one kernel
- * serves decode at any batch and prefill without packing per call (the
- * per-call packer costs more than the arithmetic below ~16 rows).
+/* 8-bit weights repacked for the AVX-512 VNNI path (kernels/cpu/int8_pack.c,
+ * layouts in matmul_impl.h): 16 rows per panel, each 64-byte line holding
+ * 4 consecutive k of the 16 rows (stored + 128); Q8_0 keeps its F16 block
+ * scales beside each pair of blocks (the same 34 bytes per 32 weights as
+ * the file), I8 its per-row scales in the kmat. Every load of the kernel is
+ * one aligned line shared by all X rows, so one kernel serves decode at any
+ * batch and prefill without packing per call (the per-call packer costs
+ * more than the arithmetic below ~16 rows).
  * kcpu_matmul uses w->packed on the AVX-512 path and ignores it elsewhere.
- * kcpu_q8_pack_wanted: whether this CPU's best path gains from it (AVX-512
- * VNNI without AMX-INT8 tiles, which read the blocks in place instead).
- * kcpu_q8_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW).
- * kcpu_q8_pack: fill out (64-byte aligned, kcpu_q8_pack_bytes long) from
- * w's blocks, over the pool's threads (pool may be NULL). */
-int kcpu_q8_pack_wanted(void);
-int kcpu_q8_pack_bytes(const struct kmat *w, size_t *out);
-int kcpu_q8_pack(struct kpool *pool, const struct kmat *w, void *out);
+ * kcpu_int8_pack_wanted: whether this CPU's best path gains from packing w
+ * (AVX-512 VNNI; not Q8_0 where AMX-INT8 tiles read the blocks in place;
+ * I8 up to MM_I8P_MAX_K columns).
+ * kcpu_int8_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW).
+ * kcpu_int8_pack: fill out (64-byte aligned, kcpu_int8_pack_bytes long) from
+ * w's data, over the pool's threads (pool may be NULL). */
+int kcpu_int8_pack_wanted(const struct kmat *w);
+int kcpu_int8_pack_bytes(const struct kmat *w, size_t *out);
+int kcpu_int8_pack(struct kpool *pool, const struct kmat *w, void *out);
 
 #endif

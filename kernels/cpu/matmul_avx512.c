@@ -798,10 +798,11 @@ T512 static void gemm_i8_avx512(int mr, int64_t ng, const uint8_t *panel, const 
 	}
 }
 
-/* ---- repacked Q8_0 (kcpu_q8_pack): decode and prefill ---------------------- */
+/* ---- repacked Q8_0 and I8 (kcpu_int8_pack): decode and prefill ------------- */
 
 #define MM_Q8P_PF 4	    /* pairs (4.3 KB) ahead */
 #define MM_Q8P_PF_MIN_MR 2 /* software prefetch above this many X rows */
+#define MM_I8P_PF 8	    /* I8 blocks (4 KB) ahead */
 
 /* vpdpbusd with the signed operand broadcast from memory ({1to16}): GCC
  * would load it with a separate vpbroadcastd first. */
@@ -886,6 +887,74 @@ T512 static void gemm_q8p_avx512(int mr, int64_t nb, const uint8_t *panel, const
 	Q8P_CASE(5); Q8P_CASE(6); Q8P_CASE(7); Q8P_CASE(8);
 	Q8P_CASE(9); Q8P_CASE(10); Q8P_CASE(11); Q8P_CASE(12);
 	Q8P_CASE(13); Q8P_CASE(14); Q8P_CASE(15); Q8P_CASE(16);
+	default: break;
+	}
+}
+/* I8 panels: the same loads and vpdpbusd, but X has one scale per row,
+ * so the int32 sums run over the whole row (started at the row's
+ * correction) and are scaled once at the end. 8 vpdpbusd per X row and
+ * block, nothing else. */
+INLINE512 void i8p_tile(const int MR, int64_t nb, const uint8_t *panel, const int8_t *xq,
+			const float *xd, const int32_t *xc, const float *ws, float *y, int64_t ldy,
+			int nv)
+{
+	/* few rows: a second chain per row for the odd lines, so the sums'
+	 * latency hides (integer sums: the split changes no bit) */
+	const int NC = MR <= 2 ? 2 : 1;
+	__m512i acc[MM_Q8P_MR], acc2[2];
+#pragma GCC unroll 16
+	for (int i = 0; i < MR; i++)
+		acc[i] = _mm512_set1_epi32(xc[i]);
+#pragma GCC unroll 2
+	for (int i = 0; i < MR && NC == 2; i++)
+		acc2[i] = _mm512_setzero_si512();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *codes = panel + b * MM_I8P_BLOCK_BYTES;
+		const char *pf = addr_plus(codes, (size_t)MM_I8P_PF * MM_I8P_BLOCK_BYTES);
+#pragma GCC unroll 8
+		for (int l = 0; MR > MM_Q8P_PF_MIN_MR && l < MM_I8P_BLOCK_BYTES / 64; l++)
+			_mm_prefetch(pf + l * 64, _MM_HINT_T0);
+		__m512i wv[8];
+#pragma GCC unroll 8
+		for (int g = 0; g < 8; g++) {
+			wv[g] = _mm512_load_si512((const void *)(codes + g * 64));
+			__asm__("" : "+v"(wv[g]));
+		}
+		const int8_t *xb = xq + b * MM_Q8P_MR * Q8_0_BLOCK;
+#pragma GCC unroll 16
+		for (int i = 0; i < MR; i++)
+#pragma GCC unroll 8
+			for (int g = 0; g < 8; g++) {
+				if (NC == 2 && (g & 1))
+					DPBUSD_BCST(acc2[i], wv[g], xb + i * Q8_0_BLOCK + 4 * g);
+				else
+					DPBUSD_BCST(acc[i], wv[g], xb + i * Q8_0_BLOCK + 4 * g);
+			}
+	}
+#pragma GCC unroll 2
+	for (int i = 0; i < MR && NC == 2; i++)
+		acc[i] = _mm512_add_epi32(acc[i], acc2[i]);
+	const __mmask16 mk = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
+	const __m512 wsv = _mm512_maskz_loadu_ps(mk, ws);
+#pragma GCC unroll 16
+	for (int i = 0; i < MR; i++)
+		_mm512_mask_storeu_ps(y + i * ldy, mk,
+				      _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]),
+						    _mm512_mul_ps(wsv, _mm512_set1_ps(xd[i]))));
+}
+
+#define I8P_CASE(n)                                                             \
+	case n: i8p_tile(n, nb, panel, xq, xd, xc, ws, y, ldy, nv); break
+
+T512 static void gemm_i8p_avx512(int mr, int64_t nb, const uint8_t *panel, const int8_t *xq,
+				 const float *xd, const int32_t *xc, const float *ws, float *y,
+				 int64_t ldy, int nv)
+{
+	switch (mr) {
+	I8P_CASE(1); I8P_CASE(2); I8P_CASE(3); I8P_CASE(4);
+	I8P_CASE(5); I8P_CASE(6); I8P_CASE(7); I8P_CASE(8);
+	I8P_CASE(9); I8P_CASE(10); I8P_CASE(11); I8P_CASE(12);
+	I8P_CASE(13); I8P_CASE(14); I8P_CASE(15); I8P_CASE(16);
 	default: break;
 	}
 }
@@ -1045,6 +1114,7 @@ static const struct mm_kernels avx512_kernels = {
 	.amx_ok = amx_ok_avx512,
 	.gemm_q8_amx = gemm_q8_amx_avx512,
 	.gemm_q8p = gemm_q8p_avx512,
+	.gemm_i8p = gemm_i8p_avx512,
 };
 
 const struct mm_kernels *mm_kernels_avx512(void)

@@ -89,13 +89,20 @@ struct mm_kernels {
 	 * sum_b fma-accumulated (dw*dx) * (exact block dot), block by block:
 	 * the same F32 operations in the same order as gemm_q8, bit for bit. */
 	int (*amx_ok)(void);
-	/* Q8_0 repacked by kcpu_q8_pack (NULL when the path has none): one
+	/* Q8_0 repacked by kcpu_int8_pack (NULL when the path has none): one
 	 * panel of MM_Q8P_ROWS weight rows (nv of them real) against mr <=
 	 * MM_Q8P_MR X rows of one X chunk (layout below), whole rows of nb
 	 * blocks. y[j*ldy + c] = sum_b fma-accumulated (dw*dx) * (exact block
 	 * dot), block by block: gemm_q8's F32 operations in its order. */
 	void (*gemm_q8p)(int mr, int64_t nb, const uint8_t *panel, const int8_t *xq,
 			 const float *xd, const int32_t *xc, float *y, int64_t ldy, int nv);
+	/* I8 repacked by kcpu_int8_pack, the same shape of call: X quantized
+	 * per row (xd, xc: one value per chunk row), ws the panel's 16 row
+	 * scales. y[j*ldy + c] = (float)(exact dot) * (ws[c] * xd[j]): the
+	 * expression of kcpu_matmul_ref_xq, bit for bit. */
+	void (*gemm_i8p)(int mr, int64_t nb, const uint8_t *panel, const int8_t *xq,
+			 const float *xd, const int32_t *xc, const float *ws, float *y, int64_t ldy,
+			 int nv);
 	void (*gemm_q8_amx)(const struct kmat *w, int64_t r0, int64_t nrows, const int8_t *xt,
 			    const float *xdt, int m, float *y, int64_t ldy);
 };
@@ -110,13 +117,21 @@ struct mm_kernels {
  * k = 4g .. 4g+3 of the 16 rows, row-major within the line), of block 2p+1,
  * then their 16 F16 scales each. Panels are nb rounded up to even blocks. */
 #define MM_Q8P_PAIR_BYTES (2 * 8 * 64 + 2 * 32)
+/* I8 panels: ceil(cols / 32) blocks of 8 such lines, no scales. Its int32
+ * sums are exact while 127 * 127 * cols < 2^31 (the + 128 may wrap the
+ * running sum; the total does not). */
+#define MM_I8P_BLOCK_BYTES (8 * 64)
+#define MM_I8P_MAX_K 65536
 /* X for gemm_q8p, quantized per 32-block, in chunks of MM_Q8P_MR rows
  * (row j of X is row j % 16 of chunk j / 16); per chunk and block b:
  *   xq[b*16*32 + r*32 + k]  the signed quants of row r,
  *   xd[b*16 + r]            its F32 scale,
  *   xc[b*16 + r]            -128 * (sum of those quants): the panel holds
  *                           w + 128, so this takes 128 * sum(x) back out,
- * so one pointer and constant offsets reach all of a chunk's rows. */
+ * so one pointer and constant offsets reach all of a chunk's rows. For
+ * gemm_i8p the quants are laid out the same (zero past cols) but X is
+ * quantized per row: xd[r], xc[r] per chunk, the correction over the whole
+ * row. */
 
 
 const struct mm_kernels *mm_kernels_scalar(void);

@@ -45,16 +45,17 @@ struct wmat {
 	void *packed;
 };
 
-/* PACKED: Q8_0 with its kcpu_q8_pack copy (used by the AVX-512 path) */
+/* PACKED: Q8_0 / I8 (per-row scales) with its kcpu_int8_pack copy (used by
+ * the AVX-512 path) */
 enum scale_kind { PER_ROW, PER_TENSOR, PACKED };
 
 static void wmat_pack(struct wmat *wm)
 {
 	size_t bytes;
-	ck_assert_int_eq(kcpu_q8_pack_bytes(&wm->k, &bytes), 0);
+	ck_assert_int_eq(kcpu_int8_pack_bytes(&wm->k, &bytes), 0);
 	wm->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
 	ck_assert_ptr_nonnull(wm->packed);
-	ck_assert_int_eq(kcpu_q8_pack(NULL, &wm->k, wm->packed), 0);
+	ck_assert_int_eq(kcpu_int8_pack(NULL, &wm->k, wm->packed), 0);
 	wm->k.packed = wm->packed;
 }
 
@@ -115,7 +116,7 @@ static void wmat_make(struct wmat *wm, enum dtype t, int64_t rows, int64_t cols,
 	}
 	wm->k.data = wm->data;
 	free(f);
-	if (sk == PACKED && t == DT_Q8_0 && rows > 0)
+	if (sk == PACKED && (t == DT_Q8_0 || t == DT_I8) && rows > 0)
 		wmat_pack(wm);
 }
 
@@ -195,7 +196,7 @@ struct sweep_case {
 static const struct sweep_case cases[] = {
 	{ DT_F32, PER_ROW }, { DT_F16, PER_ROW },  { DT_BF16, PER_ROW },     { DT_Q8_0, PER_ROW },
 	{ DT_I8, PER_ROW },  { DT_I8, PER_TENSOR }, { DT_F8_E4M3, PER_ROW }, { DT_F8_E4M3, PER_TENSOR },
-	{ DT_Q8_0, PACKED },
+	{ DT_Q8_0, PACKED },   { DT_I8, PACKED },
 };
 
 START_TEST(test_sweep)
@@ -328,7 +329,7 @@ START_TEST(test_bad_args)
 END_TEST
 
 /* Batched Q8_0 decode (4 <= m <= 16; on AVX-512 with AMX the tile path,
- * else the packed GEMM) and the repacked weights (kcpu_q8_pack) at every
+ * else the packed GEMM) and the repacked weights (kcpu_int8_pack) at every
  * m, 1 to 40, give each X row exactly the bits the packed GEMM gives it at
  * m = 17: the same exact block dots, scaled and summed in the same F32
  * order, so a sequence's logits do not depend on its batch. Ragged rows

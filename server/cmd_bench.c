@@ -1,8 +1,10 @@
 /* server/cmd_bench.c — `aorta bench SUBCOMMAND`: dispatch on the second word.
  *
- * `aorta bench engine`: the engine alone, no HTTP. In one run: a STREAM-like
- * triad (memory bandwidth) and an FMA loop (peak FLOP/s) on the same threads,
- * prefill tokens/s of one long prompt, and decode tokens/s at several batch
+ * `aorta bench engine`: the engine alone, no HTTP. In one run: the machine's
+ * limits on the same threads (kernels/cpu/probe.h: STREAM-like triad, FMA
+ * and int8-dot peaks), prefill tokens/s of one long prompt, reported as
+ * matmul GFLOP/s against the FMA peak (float weights) or the int8-dot peak
+ * (Q8_0, INT8: the integer-dot path), and decode tokens/s at several batch
  * sizes, with decode reported as achieved bandwidth = weight bytes read per
  * step / step time, as a fraction of the measured triad bandwidth.
  * `--model PATH` loads a GGUF file or HF directory; `--synthetic` builds a
@@ -23,14 +25,9 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/probe.h"
 #include "kernels/cuda/kcuda_sample.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define BENCH_X86 1
-#else
-#define BENCH_X86 0
-#endif
 
 static double now_s(void)
 {
@@ -181,147 +178,21 @@ static double step_weight_bytes(const struct model *m, enum dtype quant)
 }
 
 /* Multiply-adds per token of the same matrices (prefill FLOP/s = 2 x this). */
-static double step_weight_params(const struct model *m)
+/* Parameters of the matrices a token passes through: the layers', and the
+ * LM head's (which a prefill runs for its last row only). */
+static void step_weight_params(const struct model *m, double *layers, double *head)
 {
 	const struct tensor *h = m->cfg.tied_embeddings || !m->w.lm_head.data ? &m->w.tok_embd
 									      : &m->w.lm_head;
-	double p = (double)h->shape[0] * (double)h->shape[1];
+	*head = (double)h->shape[0] * (double)h->shape[1];
+	*layers = 0;
 	for (int l = 0; l < m->cfg.n_layers; l++) {
 		const struct layer_weights *w = &m->w.layers[l];
 		const struct tensor *all[] = { &w->wq, &w->wk, &w->wv, &w->wo,
 					       &w->w_gate, &w->w_up, &w->w_down };
 		for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-			p += (double)all[i]->shape[0] * (double)all[i]->shape[1];
+			*layers += (double)all[i]->shape[0] * (double)all[i]->shape[1];
 	}
-	return p;
-}
-
-/* ---- machine probes -------------------------------------------------------------- */
-
-struct triad {
-	float *a, *b, *c;
-	long n;
-};
-
-static void triad_job(void *p, int ith, int nth)
-{
-	struct triad *t = p;
-	long i0, i1;
-	kpool_split(t->n, ith, nth, &i0, &i1);
-	for (long i = i0; i < i1; i++)
-		t->a[i] = t->b[i] + 3.0f * t->c[i];
-}
-
-/* Best of 5 triads over 3 arrays of 128 MiB: bytes moved = 3 * n * 4 (the
- * STREAM convention, write-allocate traffic not counted). */
-static double probe_bandwidth(struct kpool *pool)
-{
-	struct triad t = { .n = 32l << 20 };
-	t.a = malloc((size_t)t.n * 4);
-	t.b = malloc((size_t)t.n * 4);
-	t.c = malloc((size_t)t.n * 4);
-	if (!t.a || !t.b || !t.c) {
-		free(t.a), free(t.b), free(t.c);
-		return 0;
-	}
-	for (long i = 0; i < t.n; i++)
-		t.a[i] = 0, t.b[i] = 1, t.c[i] = 2;
-	double best = 1e30;
-	for (int r = 0; r < 5; r++) {
-		double t0 = now_s();
-		kpool_run(pool, triad_job, &t);
-		double dt = now_s() - t0;
-		if (dt < best)
-			best = dt;
-	}
-	double gbs = 3.0 * (double)t.n * 4 / best / 1e9;
-	free(t.a), free(t.b), free(t.c);
-	return gbs;
-}
-
-struct fma_probe {
-	double flops[1024];
-	int wide; /* 2 = AVX-512, 1 = AVX2, 0 = scalar */
-};
-
-#if BENCH_X86
-__attribute__((target("avx512f"))) static float fma_loop_512(long iters)
-{
-	__m512 a[12], m = _mm512_set1_ps(0.999999f), k = _mm512_set1_ps(1e-7f);
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	for (long it = 0; it < iters; it++)
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm512_fmadd_ps(a[i], m, k);
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm512_add_ps(a[0], a[i]);
-	return _mm512_reduce_add_ps(a[0]);
-}
-
-__attribute__((target("avx2,fma"))) static float fma_loop_256(long iters)
-{
-	__m256 a[12], m = _mm256_set1_ps(0.999999f), k = _mm256_set1_ps(1e-7f);
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm256_set1_ps((float)i);
-	for (long it = 0; it < iters; it++)
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm256_fmadd_ps(a[i], m, k);
-	float out[8];
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm256_add_ps(a[0], a[i]);
-	_mm256_storeu_ps(out, a[0]);
-	return out[0] + out[7];
-}
-#endif
-
-static void fma_job(void *p, int ith, int nth)
-{
-	struct fma_probe *f = p;
-	(void)nth;
-	const long iters = 10l * 1000 * 1000;
-	double t0 = now_s();
-	volatile float sink = 0;
-	double lanes = 1;
-#if BENCH_X86
-	if (f->wide == 2) {
-		sink = fma_loop_512(iters);
-		lanes = 16;
-	} else if (f->wide == 1) {
-		sink = fma_loop_256(iters);
-		lanes = 8;
-	}
-#endif
-	if (f->wide == 0) {
-		float a = 1;
-		for (long i = 0; i < iters * 12; i++)
-			a = a * 0.999999f + 1e-7f;
-		sink = a;
-	}
-	(void)sink;
-	double dt = now_s() - t0;
-	if (ith < 1024)
-		f->flops[ith] = 2.0 * lanes * 12.0 * (double)iters / dt;
-}
-
-/* Sum over threads of independent-FMA throughput (GFLOP/s). */
-static double probe_fma(struct kpool *pool)
-{
-	struct fma_probe f = { .wide = 0 };
-#if BENCH_X86
-	__builtin_cpu_init();
-	f.wide = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("fma") ? 1 : 0;
-#endif
-	double best = 0; /* best of 3: other processes share these cores */
-	for (int r = 0; r < 3; r++) {
-		kpool_run(pool, fma_job, &f);
-		double total = 0;
-		for (int i = 0; i < kpool_size(pool) && i < 1024; i++)
-			total += f.flops[i];
-		best = total > best ? total : best;
-	}
-	return best / 1e9;
 }
 
 /* ---- engine runs ------------------------------------------------------------------ */
@@ -458,7 +329,8 @@ static int bench_engine(int argc, char **argv)
 		{ "batches", CLI_STR, &batches_s, "LIST", "decode batch sizes (1,4,16,64)" },
 		{ "decode-ctx", CLI_INT, &decode_ctx, "N", "KV positions each decode attends over (128)" },
 		{ "steps", CLI_INT, &steps, "N", "timed decode steps per batch size (8)" },
-		{ "probes", CLI_BOOL, &probes, NULL, "measure bandwidth and FMA peak (default on)" },
+		{ "probes", CLI_BOOL, &probes, NULL,
+		  "measure bandwidth and FMA / int8-dot peaks (default on)" },
 	};
 	const struct cli_cmd cmd = {
 		.name = "bench engine",
@@ -581,6 +453,7 @@ static int bench_engine(int argc, char **argv)
 	printf("engine: %s ready in %.1f s\n", engine_backend_name(e), now_s() - t0);
 	const int nth = kpool_size(pool);
 	double bw = 0, peak = 0;
+	const char *peak_name = cuda ? "16-bit" : "FMA";
 	if (cuda) {
 		/* GPU limits are nominal here; tests/bench/bench_cuda measures them
 		 * (copy bandwidth, cuBLAS GEMM) in the same tests/gpu/run.sh */
@@ -589,10 +462,15 @@ static int bench_engine(int argc, char **argv)
 		printf("engine: cuda; reporting against %.0f GB/s and %.0f TFLOP/s (nominal)\n",
 		       hbm_gbs, peak_tflops);
 	} else if (probes) {
-		bw = probe_bandwidth(pool);
-		peak = probe_fma(pool);
-		printf("machine: %d threads; triad bandwidth %.1f GB/s; FMA peak %.1f GFLOP/s\n",
-		       nth, bw, peak);
+		bw = kcpu_probe_memory(pool, (size_t)128 << 20).triad_gbs;
+		const double fma = kcpu_probe_fma_gflops(pool), dot = kcpu_probe_int8_gops(pool);
+		printf("machine: %d threads; triad bandwidth %.1f GB/s; FMA peak %.1f GFLOP/s; "
+		       "int8-dot peak %.1f GOP/s\n",
+		       nth, bw, fma, dot);
+		/* the CPU's Q8_0 / INT8 matmuls are integer dot products */
+		const bool int_path = shown == DT_Q8_0 || shown == DT_I8 || quant == DT_I8;
+		peak = int_path && dot > 0 ? dot : fma;
+		peak_name = int_path && dot > 0 ? "int8-dot" : "FMA";
 	}
 	kpool_destroy(pool);
 
@@ -603,11 +481,14 @@ static int bench_engine(int argc, char **argv)
 	    (rc = run_prefill(e, prompt, vocab, mb, &ptps))) {
 		fprintf(stderr, "bench engine: prefill failed: %s\n", err_str(rc));
 	} else {
-		double gflops = 2.0 * step_weight_params(m) * ptps / 1e9;
+		/* the LM head runs for the last row only */
+		double p_layers, p_head;
+		step_weight_params(m, &p_layers, &p_head);
+		double gflops = 2.0 * (p_layers + p_head / prompt) * ptps / 1e9;
 		printf("prefill: %d tokens: %.1f tokens/s, %.1f GFLOP/s of matmul", prompt, ptps,
 		       gflops);
 		if (peak > 0)
-			printf(" (%.0f%% of %s peak)", 100.0 * gflops / peak, cuda ? "16-bit" : "FMA");
+			printf(" (%.0f%% of %s peak)", 100.0 * gflops / peak, peak_name);
 		printf("\n");
 	}
 	double tps1 = 0;

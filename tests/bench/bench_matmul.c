@@ -1,20 +1,21 @@
 /* tests/bench/bench_matmul.c — kernel benchmark for kcpu_matmul (not a test).
  *
  * Measures, in one run and on the same threads:
- *   - a STREAM-like triad a = b + s*c (bytes counted as STREAM does: 3 arrays)
- *     and a read-only sum (what a GEMV does) over arrays far larger than L2;
- *   - the FMA peak: a register-only loop of independent FMAs on every thread;
- *   - the int8 dot peak: the same with vpdpbusd (AVX-512 VNNI) — 64 MACs per
- *     instruction, counted as 128 ops;
+ *   - the machine's limits (kernels/cpu/probe.h, wall clock): a STREAM-like
+ *     triad and a read-only sum (what a GEMV does) over 256 MiB arrays, the
+ *     FMA peak and the int8 dot peak (vpdpbusd: 64 MACs per instruction,
+ *     counted as 128 ops);
  *   - kcpu_matmul on the shapes of a 2048-hidden, 8-KV-head, 8192-FFN,
- *     32000-vocab model, F16 and Q8_0, at m = 1 (GB/s of weight bytes read,
+ *     32000-vocab model, F16, Q8_0 as the file lays it out and Q8_0 repacked
+ *     (kcpu_int8_pack, as the CPU backend does on AVX-512 without AMX), at
+ *     m = 1 (GB/s of weight bytes read,
  *     vs triad and read bandwidth), m = 16 (speed-up in tokens/s over m = 1)
  *     and m = 512 (GFLOP/s vs the FMA peak for F16, vs the int8 dot peak for
  *     Q8_0);
  *   - a per-token decode estimate for a 16-layer model from the per-shape
  *     times (matmuls only).
  * Usage: bench_matmul [-t threads] [-q (quick: fewer reps, no m=512 LM head)]
- *                     [-c (time by CPU time / threads: see now_s)]
+ *                     [-c (time the matmuls by CPU time / threads: see now_s)]
  * Timings are the best of several repetitions; the machine is shared, so
  * check `uptime` and run it when the load is low.
  */
@@ -26,11 +27,8 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/probe.h"
 #include "kernels/cpu/quant.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 /* -c: time in process CPU seconds divided by the thread count instead of
  * wall seconds. On a shared, overloaded machine wall time mostly measures the
@@ -60,150 +58,6 @@ static void print_load(const char *when)
 		fclose(f);
 	}
 	printf("load average %s: %s", when, buf);
-}
-
-/* ---- memory bandwidth probes ------------------------------------------------- */
-
-struct mem_probe {
-	float *a, *b, *c;
-	size_t n;
-	double sink[64];
-};
-
-static void triad_fn(void *p, int ith, int nth)
-{
-	struct mem_probe *mp = p;
-	long i0, i1;
-	kpool_split((long)mp->n, ith, nth, &i0, &i1);
-	for (long i = i0; i < i1; i++)
-		mp->a[i] = mp->b[i] + 1.5f * mp->c[i];
-}
-
-static void read_fn(void *p, int ith, int nth)
-{
-	struct mem_probe *mp = p;
-	long i0, i1;
-	kpool_split((long)mp->n, ith, nth, &i0, &i1);
-	float s[16] = { 0 };
-	for (long i = i0; i + 16 <= i1; i += 16)
-		for (int k = 0; k < 16; k++)
-			s[k] += mp->b[i + k];
-	double t = 0;
-	for (int k = 0; k < 16; k++)
-		t += s[k];
-	mp->sink[ith % 64] = t;
-}
-
-static void init_fn(void *p, int ith, int nth)
-{
-	struct mem_probe *mp = p;
-	long i0, i1;
-	kpool_split((long)mp->n, ith, nth, &i0, &i1);
-	for (long i = i0; i < i1; i++) {
-		mp->a[i] = 0;
-		mp->b[i] = 1;
-		mp->c[i] = 2;
-	}
-}
-
-/* ---- compute peak probes ------------------------------------------------------ */
-
-struct peak_probe {
-	long iters;
-	int isa; /* 0 avx2 fma, 1 avx512 fma, 2 avx512 vnni */
-	float sinkf[64];
-	int sinki[64];
-};
-
-#if defined(__x86_64__)
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
-#define T256 __attribute__((target("avx2,fma")))
-
-T512 static void fma512(struct peak_probe *pp, int ith)
-{
-	__m512 a[16];
-	const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-	for (int i = 0; i < 16; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	for (long it = 0; it < pp->iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < 16; i++)
-			a[i] = _mm512_fmadd_ps(a[i], b, c);
-	for (int i = 1; i < 16; i++)
-		a[0] = _mm512_add_ps(a[0], a[i]);
-	pp->sinkf[ith % 64] = _mm512_reduce_add_ps(a[0]);
-}
-
-T512 static void vnni512(struct peak_probe *pp, int ith)
-{
-	__m512i a[16];
-	const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
-	for (int i = 0; i < 16; i++)
-		a[i] = _mm512_set1_epi32(i);
-	for (long it = 0; it < pp->iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < 16; i++)
-			a[i] = _mm512_dpbusd_epi32(a[i], u, s);
-	for (int i = 1; i < 16; i++)
-		a[0] = _mm512_add_epi32(a[0], a[i]);
-	pp->sinki[ith % 64] = _mm512_reduce_add_epi32(a[0]);
-}
-
-T256 static void fma256(struct peak_probe *pp, int ith)
-{
-	__m256 a[12];
-	const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-	for (int i = 0; i < 12; i++)
-		a[i] = _mm256_set1_ps((float)i);
-	for (long it = 0; it < pp->iters; it++)
-#pragma GCC unroll 12
-		for (int i = 0; i < 12; i++)
-			a[i] = _mm256_fmadd_ps(a[i], b, c);
-	for (int i = 1; i < 12; i++)
-		a[0] = _mm256_add_ps(a[0], a[i]);
-	float o[8];
-	_mm256_storeu_ps(o, a[0]);
-	pp->sinkf[ith % 64] = o[0] + o[7];
-}
-#endif
-
-static void peak_fn(void *p, int ith, int nth)
-{
-	(void)nth;
-	struct peak_probe *pp = p;
-#if defined(__x86_64__)
-	if (pp->isa == 1)
-		fma512(pp, ith);
-	else if (pp->isa == 2)
-		vnni512(pp, ith);
-	else
-		fma256(pp, ith);
-#else
-	(void)pp;
-	(void)ith;
-#endif
-}
-
-/* ops per iteration per thread of each probe */
-static double peak_ops_per_iter(int isa)
-{
-	return isa == 0 ? 12.0 * 8 * 2 : isa == 1 ? 16.0 * 16 * 2 : 16.0 * 64 * 2;
-}
-
-static double measure_peak(struct kpool *pool, int isa)
-{
-	struct peak_probe pp = { .iters = 2000000, .isa = isa };
-	kpool_run(pool, peak_fn, &pp); /* warm up, let the clock ramp */
-	double best = 0;
-	for (int r = 0; r < 3; r++) {
-		double t0 = now_s();
-		kpool_run(pool, peak_fn, &pp);
-		double t = now_s() - t0;
-		double ops = peak_ops_per_iter(isa) * (double)pp.iters * kpool_size(pool) / t;
-		if (ops > best)
-			best = ops;
-	}
-	return best;
 }
 
 /* ---- matmul ---------------------------------------------------------------------- */
@@ -328,41 +182,15 @@ int main(int argc, char **argv)
 	       quick ? ", quick" : "", use_cpu_time ? "CPU time / threads (-c)" : "wall clock");
 	print_load("at start");
 
-	/* memory: arrays well beyond the last-level cache */
-	struct mem_probe mp = { .n = (size_t)1 << 26 }; /* 256 MiB per array */
-	mp.a = aligned_alloc(64, mp.n * sizeof(float));
-	mp.b = aligned_alloc(64, mp.n * sizeof(float));
-	mp.c = aligned_alloc(64, mp.n * sizeof(float));
-	if (!mp.a || !mp.b || !mp.c)
+	/* memory: arrays well beyond the last-level cache; compute peaks */
+	const struct kcpu_mem_bw mbw = kcpu_probe_memory(pool, (size_t)256 << 20);
+	const double triad = mbw.triad_gbs * 1e9, rd = mbw.read_gbs * 1e9;
+	if (triad <= 0)
 		return 1;
-	kpool_run(pool, init_fn, &mp);
-	double triad = 0, rd = 0;
-	for (int r = 0; r < 4; r++) {
-		double t0 = now_s();
-		kpool_run(pool, triad_fn, &mp);
-		double t = now_s() - t0;
-		if (3.0 * 4 * mp.n / t > triad)
-			triad = 3.0 * 4 * mp.n / t;
-		t0 = now_s();
-		kpool_run(pool, read_fn, &mp);
-		t = now_s() - t0;
-		if (4.0 * mp.n / t > rd)
-			rd = 4.0 * mp.n / t;
-	}
-	free(mp.a);
-	free(mp.b);
-	free(mp.c);
 	printf("memory: triad %.1f GB/s (STREAM counting, 3 x 256 MiB arrays), read-only sum %.1f GB/s\n",
 	       triad / 1e9, rd / 1e9);
-
-	/* compute peaks */
-	double fma_peak = 0, dot_peak = 0;
-	if (isa == KCPU_ISA_AVX512) {
-		fma_peak = measure_peak(pool, 1);
-		dot_peak = measure_peak(pool, 2);
-	} else if (isa == KCPU_ISA_AVX2) {
-		fma_peak = measure_peak(pool, 0);
-	}
+	const double fma_peak = kcpu_probe_fma_gflops(pool) * 1e9;
+	const double dot_peak = kcpu_probe_int8_gops(pool) * 1e9;
 	printf("peaks (register-only loops, all threads): FMA %.1f GFLOP/s, int8 dot (vpdpbusd, 1 MAC = 2 ops) %.1f GOP/s\n",
 	       fma_peak / 1e9, dot_peak / 1e9);
 

@@ -78,21 +78,21 @@ static void *alloc_huge(size_t bytes)
 }
 
 /* Q8_0 matrices get the repacked copy the AVX-512 VNNI path reads
- * (kcpu_int8_pack: same size as the weights, built once here over the pool)
+ * (kcpu_pack: same size as the weights, built once here over the pool)
  * where this CPU gains from it; the blocks stay the kmat's data for
  * everything else. The copy is owned by the backend. */
 static int pack_weight(struct cpu_backend *cb, struct kmat *w, const char *name, struct diag *d)
 {
-	if (w->packed || !kcpu_int8_pack_wanted(w))
+	if (w->packed || !kcpu_pack_wanted(w))
 		return 0;
 	size_t bytes;
-	int rc = kcpu_int8_pack_bytes(w, &bytes);
+	int rc = kcpu_pack_bytes(w, &bytes);
 	if (rc)
 		return diag_set(d, rc, "%s: cannot repack (%s)", name, err_str(rc));
 	void *p = alloc_huge(bytes);
 	if ((rc = own(cb, p)))
 		return diag_set(d, rc, "%s: out of memory repacking", name);
-	if ((rc = kcpu_int8_pack(cb->pool, w, p)))
+	if ((rc = kcpu_pack(cb->pool, w, p)))
 		return diag_set(d, rc, "%s: repacking failed (%s)", name, err_str(rc));
 	w->packed = p;
 	return 0;

@@ -483,6 +483,114 @@ static int run_packed(struct kpool *pool, const struct mm_kernels *k, const stru
 	return 0;
 }
 
+/* ---- repacked F16 / BF16 / F8 --------------------------------------------------- */
+
+struct fp_call {
+	const struct mm_kernels *k;
+	const struct kmat *w;
+	const float *x;
+	int m;
+	float *y;
+	float *xt;	/* X transposed in chunks of 16 rows: xt[(chunk*cols + k)*16 + r] */
+	size_t panel_bytes;
+	int64_t kc;	/* k per pass */
+	int64_t xblock; /* X rows per pass over the panels (a multiple of 16) */
+};
+
+/* Threads split k, so each writes whole lines of xt. */
+static void fp_transpose_worker(void *p, int ith, int nth)
+{
+	const struct fp_call *c = p;
+	const int64_t cols = c->w->cols;
+	long k0, k1;
+	kpool_split((long)cols, ith, nth, &k0, &k1);
+	for (int64_t j0 = 0; j0 < c->m; j0 += MM_Q8P_MR) {
+		const int nr = (int)(c->m - j0 < MM_Q8P_MR ? c->m - j0 : MM_Q8P_MR);
+		float *o = c->xt + j0 * cols; /* chunk j0 / 16 */
+		for (long k = k0; k < k1; k++)
+			for (int r = 0; r < nr; r++)
+				o[k * MM_Q8P_MR + r] = c->x[(j0 + r) * cols + k];
+	}
+}
+
+/* One call of the kernel: panels [pi, pi + np) against X rows [j0, j0 + mr)
+ * for k in [k0, k1). */
+static void fp_call_tile(const struct fp_call *c, long pi, int np, int64_t j0, int mr,
+			 int64_t k0, int64_t k1)
+{
+	const struct kmat *w = c->w;
+	const int64_t rows = w->rows, cols = w->cols;
+	const int64_t r0 = (int64_t)pi * MM_Q8P_ROWS, r_end = r0 + (int64_t)np * MM_Q8P_ROWS;
+	const int nv = (int)(rows - (r_end - MM_Q8P_ROWS) < MM_Q8P_ROWS ? rows - (r_end - MM_Q8P_ROWS)
+									: MM_Q8P_ROWS);
+	float rs[4 * MM_Q8P_ROWS];
+	const bool scaled = w->dtype == DT_F8_E4M3 && k1 == cols;
+	for (int64_t r = r0; scaled && r < r_end; r++)
+		rs[r - r0] = r < rows ? mm_row_scale(w, r) * 256.0f : 0.0f;
+	c->k->gemm_fp(np, mr, w->dtype, (const uint8_t *)w->packed + (size_t)pi * c->panel_bytes,
+		      c->panel_bytes, k0, k1,
+		      c->xt + (j0 / MM_Q8P_MR * MM_Q8P_MR) * cols + k0 * MM_Q8P_MR + j0 % MM_Q8P_MR,
+		      c->y + j0 * rows + r0, rows, nv, k0 > 0, scaled ? rs : NULL);
+}
+
+/* Threads split the 16-row panels. k goes in passes of kc, X in blocks of
+ * rows that stay in L2 while the thread's panels pass over them, two at a
+ * time against MM_FP_PREFILL_MR rows (a block of one chunk, decode, takes
+ * mm_fp_panels(mr) panels per call instead). */
+static void fp_worker(void *p, int ith, int nth)
+{
+	const struct fp_call *c = p;
+	const int64_t cols = c->w->cols;
+	long p0, p1;
+	kpool_split((long)((c->w->rows + MM_Q8P_ROWS - 1) / MM_Q8P_ROWS), ith, nth, &p0, &p1);
+	for (int64_t k0 = 0; k0 < cols; k0 += c->kc) {
+		const int64_t k1 = k0 + c->kc < cols ? k0 + c->kc : cols;
+		for (int64_t b0 = 0; b0 < c->m; b0 += c->xblock) {
+			const int64_t b1 = b0 + c->xblock < c->m ? b0 + c->xblock : c->m;
+			if (b1 - b0 <= MM_Q8P_MR) {
+				const int mr = (int)(b1 - b0), np = mm_fp_panels(mr);
+				for (long pi = p0; pi < p1;) {
+					const int n = p1 - pi >= np ? np : 1;
+					fp_call_tile(c, pi, n, b0, mr, k0, k1);
+					pi += n;
+				}
+				continue;
+			}
+			for (long pi = p0; pi < p1; pi += 2)
+				for (int64_t j0 = b0; j0 < b1; j0 += MM_FP_PREFILL_MR)
+					fp_call_tile(c, pi, p1 - pi >= 2 ? 2 : 1, j0,
+						     (int)(b1 - j0 < MM_FP_PREFILL_MR ? b1 - j0
+										: MM_FP_PREFILL_MR),
+						     k0, k1);
+		}
+	}
+}
+
+static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const struct kmat *w,
+			 const float *x, int m, float *y)
+{
+	struct fp_call c = { .k = k, .w = w, .x = x, .m = m, .y = y };
+	const size_t n_rows = ((size_t)m + MM_Q8P_MR - 1) / MM_Q8P_MR * MM_Q8P_MR;
+	size_t xt_bytes;
+	int rc = ck_mul(n_rows * sizeof(float), (size_t)w->cols, &xt_bytes);
+	if (!rc)
+		rc = kpool_reserve(pool, 0, xt_bytes);
+	if (rc)
+		return rc;
+	c.xt = kpool_shared(pool);
+	c.panel_bytes = (size_t)w->cols * MM_Q8P_ROWS * (w->dtype == DT_F8_E4M3 ? 1 : 2);
+	/* decode (one chunk): whole rows per pass; else MM_FP_KC and blocks of
+	 * X that fit in L2 */
+	c.kc = m <= MM_Q8P_MR ? w->cols : MM_FP_KC;
+	c.xblock = (int64_t)(MM_XBLOCK_BYTES / ((size_t)MM_FP_KC * sizeof(float))) / MM_Q8P_MR *
+		   MM_Q8P_MR;
+	if (c.xblock < MM_Q8P_MR)
+		c.xblock = MM_Q8P_MR;
+	kpool_run(pool, fp_transpose_worker, &c);
+	kpool_run(pool, fp_worker, &c);
+	return 0;
+}
+
 /* Threads take whole groups of 16 weight rows (one tile's worth). */
 static void q8_amx_worker(void *p, int ith, int nth)
 {
@@ -661,9 +769,13 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 	struct mm_call c = *proto;
 	c.pool = pool;
 	const struct kmat *w = c.w;
+	const bool fp_packed = w->dtype == DT_F16 || w->dtype == DT_BF16 ||
+			       w->dtype == DT_F8_E4M3;
 	if (w->packed && ((w->dtype == DT_Q8_0 && c.k->gemm_q8p) ||
-			  (w->dtype == DT_I8 && c.k->gemm_i8p && w->cols <= MM_I8P_MAX_K))) {
-		int rc = run_packed(pool, c.k, w, c.x, c.m, c.y);
+			  (w->dtype == DT_I8 && c.k->gemm_i8p && w->cols <= MM_I8P_MAX_K) ||
+			  (fp_packed && c.k->gemm_fp))) {
+		int rc = fp_packed ? run_packed_fp(pool, c.k, w, c.x, c.m, c.y)
+				   : run_packed(pool, c.k, w, c.x, c.m, c.y);
 		if (rc != ERR_NOMEM && rc != ERR_OVERFLOW)
 			return rc;
 		kpool_run(pool, fallback_worker, &c);

@@ -39,7 +39,7 @@ struct kmat {
 	const void *data;   /* rows * row_bytes(cols) bytes */
 	const float *scale; /* I8 / F8_E4M3: n_scale values, else NULL */
 	int64_t n_scale;    /* 1 (per tensor) or rows (per row) */
-	/* Q8_0 / I8, optional: the same weights repacked by kcpu_int8_pack
+	/* Q8_0 / I8, optional: the same weights repacked by kcpu_pack
 	 * (borrowed; data stays valid and is what every other reader uses). */
 	const void *packed;
 };
@@ -80,7 +80,7 @@ enum kcpu_isa kcpu_isa_best(void);
 int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
 		    enum kcpu_isa isa);
 
-/* 8-bit weights repacked for the AVX-512 VNNI path (kernels/cpu/int8_pack.c,
+/* 8-bit weights repacked for the AVX-512 VNNI path (kernels/cpu/pack.c,
  * layouts in matmul_impl.h): 16 rows per panel, each 64-byte line holding
  * 4 consecutive k of the 16 rows (stored + 128); Q8_0 keeps its F16 block
  * scales beside each pair of blocks (the same 34 bytes per 32 weights as
@@ -89,14 +89,14 @@ int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, in
  * batch and prefill without packing per call (the per-call packer costs
  * more than the arithmetic below ~16 rows).
  * kcpu_matmul uses w->packed on the AVX-512 path and ignores it elsewhere.
- * kcpu_int8_pack_wanted: whether this CPU's best path gains from packing w
+ * kcpu_pack_wanted: whether this CPU's best path gains from packing w
  * (AVX-512 VNNI; not Q8_0 where AMX-INT8 tiles read the blocks in place;
  * I8 up to MM_I8P_MAX_K columns).
- * kcpu_int8_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW).
- * kcpu_int8_pack: fill out (64-byte aligned, kcpu_int8_pack_bytes long) from
+ * kcpu_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW).
+ * kcpu_pack: fill out (64-byte aligned, kcpu_pack_bytes long) from
  * w's data, over the pool's threads (pool may be NULL). */
-int kcpu_int8_pack_wanted(const struct kmat *w);
-int kcpu_int8_pack_bytes(const struct kmat *w, size_t *out);
-int kcpu_int8_pack(struct kpool *pool, const struct kmat *w, void *out);
+int kcpu_pack_wanted(const struct kmat *w);
+int kcpu_pack_bytes(const struct kmat *w, size_t *out);
+int kcpu_pack(struct kpool *pool, const struct kmat *w, void *out);
 
 #endif

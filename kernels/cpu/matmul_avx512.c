@@ -798,7 +798,7 @@ T512 static void gemm_i8_avx512(int mr, int64_t ng, const uint8_t *panel, const 
 	}
 }
 
-/* ---- repacked Q8_0 and I8 (kcpu_int8_pack): decode and prefill ------------- */
+/* ---- repacked Q8_0 and I8 (kcpu_pack): decode and prefill ------------- */
 
 #define MM_Q8P_PF 4	    /* pairs (4.3 KB) ahead */
 #define MM_Q8P_PF_MIN_MR 2 /* software prefetch above this many X rows */
@@ -958,6 +958,119 @@ T512 static void gemm_i8p_avx512(int mr, int64_t nb, const uint8_t *panel, const
 	default: break;
 	}
 }
+/* ---- repacked F16 / BF16 / F8 (kcpu_pack): decode and prefill -------------- */
+
+#define MM_FP_PF 1024 /* bytes ahead in each panel (software prefetch) */
+
+/* The 16 rows' values at one k of a float panel, as F32 (F8: times 2^-8,
+ * see f8_to_f16_bits; rs carries the row scale * 256). */
+INLINE512 __m512 load_panel_k(const enum dtype T, const uint8_t *p)
+{
+	switch (T) {
+	case DT_F16:
+		return _mm512_cvtph_ps(_mm256_load_si256((const void *)p));
+	case DT_BF16:
+		return _mm512_castsi512_ps(
+			_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256((const void *)p)), 16));
+	default:
+		return _mm512_cvtph_ps(f8_to_f16_bits(_mm_load_si128((const void *)p)));
+	}
+}
+
+/* NP panels x MR X rows: each k's 16 x NP weights converted once, each X
+ * value broadcast into NP FMAs; one accumulator per (panel, X row), one
+ * FMA per k in k order. */
+INLINE512 void fp_tile(const enum dtype T, const int NP, const int MR, const uint8_t *panel,
+		       size_t pbytes, int64_t k0, int64_t k1, const float *xt, float *y, int64_t ldy,
+		       int nv, int acc_in, const float *rs)
+{
+	const size_t es = T == DT_F8_E4M3 ? 1 : 2;
+	const __mmask16 mlast = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
+	__m512 acc[4][MM_Q8P_MR];
+#pragma GCC unroll 4
+	for (int p = 0; p < NP; p++) {
+		const __mmask16 mk = p == NP - 1 ? mlast : (__mmask16)0xFFFF;
+#pragma GCC unroll 16
+		for (int i = 0; i < MR; i++)
+			acc[p][i] = acc_in ? _mm512_maskz_loadu_ps(mk, y + i * ldy + p * 16)
+					   : _mm512_setzero_ps();
+	}
+	const uint8_t *pk = panel + (size_t)k0 * 16 * es;
+	/* decode streams the panels from memory: with more than a couple of X
+	 * rows the loop is long per line, so ask MM_FP_PF bytes ahead (past
+	 * the end that is the next panel, or beyond the weights: prefetches do
+	 * not fault) */
+	const int64_t k_per_line = (int64_t)(64 / (16 * es));
+	for (int64_t k = k0; k < k1; k++, pk += 16 * es) {
+		if (MR > MM_Q8P_PF_MIN_MR && (k & (k_per_line - 1)) == 0)
+#pragma GCC unroll 4
+			for (int p = 0; p < NP; p++)
+				_mm_prefetch(addr_plus(pk, (size_t)p * pbytes + MM_FP_PF), _MM_HINT_T0);
+		__m512 wv[4];
+#pragma GCC unroll 4
+		for (int p = 0; p < NP; p++)
+			wv[p] = load_panel_k(T, pk + (size_t)p * pbytes);
+		const float *xk = xt + (k - k0) * 16;
+#pragma GCC unroll 16
+		for (int i = 0; i < MR; i++) {
+			const __m512 xb = _mm512_set1_ps(xk[i]);
+#pragma GCC unroll 4
+			for (int p = 0; p < NP; p++)
+				acc[p][i] = _mm512_fmadd_ps(wv[p], xb, acc[p][i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int p = 0; p < NP; p++) {
+		const __mmask16 mk = p == NP - 1 ? mlast : (__mmask16)0xFFFF;
+		const __m512 sc = rs ? _mm512_maskz_loadu_ps(mk, rs + p * 16) : _mm512_set1_ps(1.0f);
+#pragma GCC unroll 16
+		for (int i = 0; i < MR; i++)
+			_mm512_mask_storeu_ps(y + i * ldy + p * 16, mk,
+					      rs ? _mm512_mul_ps(acc[p][i], sc) : acc[p][i]);
+	}
+}
+
+#define FP_ARGS panel, pbytes, k0, k1, xt, y, ldy, nv, acc_in, rs
+#define FP_CASE(T, NP, n) \
+	case n: fp_tile(T, NP, n, FP_ARGS); break
+/* np panels x mr rows, np * mr <= 16 (the accumulators fit in registers) */
+#define FP_SWITCH(T)                                                            \
+	if (np == 4) {                                                          \
+		switch (mr) {                                                   \
+		FP_CASE(T, 4, 1); FP_CASE(T, 4, 2); FP_CASE(T, 4, 3);           \
+		FP_CASE(T, 4, 4);                                               \
+		default: break;                                                 \
+		}                                                               \
+	} else if (np == 2) {                                                   \
+		switch (mr) {                                                   \
+		FP_CASE(T, 2, 1); FP_CASE(T, 2, 2); FP_CASE(T, 2, 3);           \
+		FP_CASE(T, 2, 4); FP_CASE(T, 2, 5); FP_CASE(T, 2, 6);           \
+		FP_CASE(T, 2, 7); FP_CASE(T, 2, 8);                             \
+		default: break;                                                 \
+		}                                                               \
+	} else {                                                                \
+		switch (mr) {                                                   \
+		FP_CASE(T, 1, 1); FP_CASE(T, 1, 2); FP_CASE(T, 1, 3);           \
+		FP_CASE(T, 1, 4); FP_CASE(T, 1, 5); FP_CASE(T, 1, 6);           \
+		FP_CASE(T, 1, 7); FP_CASE(T, 1, 8); FP_CASE(T, 1, 9);           \
+		FP_CASE(T, 1, 10); FP_CASE(T, 1, 11); FP_CASE(T, 1, 12);        \
+		FP_CASE(T, 1, 13); FP_CASE(T, 1, 14); FP_CASE(T, 1, 15);        \
+		FP_CASE(T, 1, 16);                                              \
+		default: break;                                                 \
+		}                                                               \
+	}
+
+T512 static void gemm_fp_avx512(int np, int mr, enum dtype t, const uint8_t *panel,
+				size_t pbytes, int64_t k0, int64_t k1, const float *xt, float *y,
+				int64_t ldy, int nv, int acc_in, const float *rs)
+{
+	switch (t) {
+	case DT_F16: FP_SWITCH(DT_F16) break;
+	case DT_BF16: FP_SWITCH(DT_BF16) break;
+	default: FP_SWITCH(DT_F8_E4M3) break;
+	}
+}
+
 _Static_assert(MM_Q8P_MR == 16 && MM_Q8P_ROWS == 16, "gemm_q8p_avx512: one zmm per X row");
 
 /* ---- Q8_0 with AMX tiles (batched decode) ----------------------------------- */
@@ -1115,6 +1228,7 @@ static const struct mm_kernels avx512_kernels = {
 	.gemm_q8_amx = gemm_q8_amx_avx512,
 	.gemm_q8p = gemm_q8p_avx512,
 	.gemm_i8p = gemm_i8p_avx512,
+	.gemm_fp = gemm_fp_avx512,
 };
 
 const struct mm_kernels *mm_kernels_avx512(void)

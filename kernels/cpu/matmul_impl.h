@@ -89,20 +89,32 @@ struct mm_kernels {
 	 * sum_b fma-accumulated (dw*dx) * (exact block dot), block by block:
 	 * the same F32 operations in the same order as gemm_q8, bit for bit. */
 	int (*amx_ok)(void);
-	/* Q8_0 repacked by kcpu_int8_pack (NULL when the path has none): one
+	/* Q8_0 repacked by kcpu_pack (NULL when the path has none): one
 	 * panel of MM_Q8P_ROWS weight rows (nv of them real) against mr <=
 	 * MM_Q8P_MR X rows of one X chunk (layout below), whole rows of nb
 	 * blocks. y[j*ldy + c] = sum_b fma-accumulated (dw*dx) * (exact block
 	 * dot), block by block: gemm_q8's F32 operations in its order. */
 	void (*gemm_q8p)(int mr, int64_t nb, const uint8_t *panel, const int8_t *xq,
 			 const float *xd, const int32_t *xc, float *y, int64_t ldy, int nv);
-	/* I8 repacked by kcpu_int8_pack, the same shape of call: X quantized
+	/* I8 repacked by kcpu_pack, the same shape of call: X quantized
 	 * per row (xd, xc: one value per chunk row), ws the panel's 16 row
 	 * scales. y[j*ldy + c] = (float)(exact dot) * (ws[c] * xd[j]): the
 	 * expression of kcpu_matmul_ref_xq, bit for bit. */
 	void (*gemm_i8p)(int mr, int64_t nb, const uint8_t *panel, const int8_t *xq,
 			 const float *xd, const int32_t *xc, const float *ws, float *y, int64_t ldy,
 			 int nv);
+	/* F16 / BF16 / F8_E4M3 repacked by kcpu_pack (NULL when the path has
+	 * none): np consecutive panels (1, 2 or 4), panel_bytes apart, against
+	 * mr X rows (np * mr <= 16) of a transposed X chunk, for k in [k0, k1):
+	 * xt[(k - k0)*16 + i] = X[row i][k]. Each weight is converted once and
+	 * multiplied into every X row by one FMA; y[i*ldy + p*16 + c] (c < 16,
+	 * or < nv in the last panel) starts from 0 or, with acc_in, from y, and
+	 * takes one F32 FMA per k in k order (whatever m, np or mr: batch
+	 * invariant); with rs (F8: row scale * 256 per output row of the np
+	 * panels) the result is multiplied by it before it is stored. */
+	void (*gemm_fp)(int np, int mr, enum dtype t, const uint8_t *panel, size_t panel_bytes,
+			int64_t k0, int64_t k1, const float *xt, float *y, int64_t ldy, int nv,
+			int acc_in, const float *rs);
 	void (*gemm_q8_amx)(const struct kmat *w, int64_t r0, int64_t nrows, const int8_t *xt,
 			    const float *xdt, int m, float *y, int64_t ldy);
 };
@@ -122,6 +134,18 @@ struct mm_kernels {
  * running sum; the total does not). */
 #define MM_I8P_BLOCK_BYTES (8 * 64)
 #define MM_I8P_MAX_K 65536
+/* Float panels (F16, BF16, F8_E4M3): for each k the 16 rows' values,
+ * row-major within the k: element (k, c) of a panel at (k*16 + c) * size.
+ * Decode (up to 16 X rows) takes mm_fp_panels(mr) panels per call (at
+ * least ~16 independent FMA chains, each weight line loaded once); more X
+ * rows go 8 at a time against 2 panels (half the broadcast loads of 16 x 1)
+ * with k in passes of MM_FP_KC. */
+#define MM_FP_KC 256
+#define MM_FP_PREFILL_MR 8
+static inline int mm_fp_panels(int mr)
+{
+	return mr <= 4 ? 4 : mr <= 8 ? 2 : 1;
+}
 /* X for gemm_q8p, quantized per 32-block, in chunks of MM_Q8P_MR rows
  * (row j of X is row j % 16 of chunk j / 16); per chunk and block b:
  *   xq[b*16*32 + r*32 + k]  the signed quants of row r,

@@ -7,7 +7,7 @@
  *     counted as 128 ops);
  *   - kcpu_matmul on the shapes of a 2048-hidden, 8-KV-head, 8192-FFN,
  *     32000-vocab model, F16, Q8_0 as the file lays it out and Q8_0 repacked
- *     (kcpu_int8_pack, as the CPU backend does on AVX-512 without AMX), at
+ *     (kcpu_pack, as the CPU backend does on AVX-512 without AMX), at
  *     m = 1 (GB/s of weight bytes read,
  *     vs triad and read bandwidth), m = 16 (speed-up in tokens/s over m = 1)
  *     and m = 512 (GFLOP/s vs the FMA peak for F16, vs the int8 dot peak for
@@ -194,8 +194,8 @@ int main(int argc, char **argv)
 	printf("peaks (register-only loops, all threads): FMA %.1f GFLOP/s, int8 dot (vpdpbusd, 1 MAC = 2 ops) %.1f GOP/s\n",
 	       fma_peak / 1e9, dot_peak / 1e9);
 
-	/* Q8_0 twice: as the file lays it out, then with the kcpu_int8_pack copy
-	 * the CPU backend makes at load where kcpu_int8_pack_wanted says so */
+	/* Q8_0 twice: as the file lays it out, then with the kcpu_pack copy
+	 * the CPU backend makes at load where kcpu_pack_wanted says so */
 	const enum dtype dts[] = { DT_F16, DT_Q8_0, DT_Q8_0 };
 	const int pack[] = { 0, 0, 1 };
 	const int max_m = 512;
@@ -223,9 +223,9 @@ int main(int argc, char **argv)
 			for (int c = 0; pack[di] && c < copies_of(&shapes[s]); c++) {
 				size_t pb;
 				void *pp = NULL;
-				if (kcpu_int8_pack_bytes(&w[s][c], &pb) ||
+				if (kcpu_pack_bytes(&w[s][c], &pb) ||
 				    !(pp = aligned_alloc(64, (pb + 63) / 64 * 64)) ||
-				    kcpu_int8_pack(pool, &w[s][c], pp)) {
+				    kcpu_pack(pool, &w[s][c], pp)) {
 					fprintf(stderr, "packing failed\n");
 					return 1;
 				}
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
 				}
 			}
 		printf("\n%s%s: model of 16 layers + lm_head, %.0f MB of weights, every matmul reading from memory\n",
-		       dtype_name(t), pack[di] ? " (kcpu_int8_pack)" : "", model_bytes / 1e6);
+		       dtype_name(t), pack[di] ? " (kcpu_pack)" : "", model_bytes / 1e6);
 		printf("%-20s %12s %9s %8s %12s %14s\n", "shape", "m=1 ms/mat", "GB/s", "%triad",
 		       "m=16 ms/mat", "m=16 tok/s x");
 		for (int s = 0; s < N_SHAPES; s++) {

@@ -45,17 +45,17 @@ struct wmat {
 	void *packed;
 };
 
-/* PACKED: Q8_0 / I8 (per-row scales) with its kcpu_int8_pack copy (used by
- * the AVX-512 path) */
+/* PACKED: with its kcpu_pack copy (used by the AVX-512 path; I8 and F8
+ * with per-row scales) */
 enum scale_kind { PER_ROW, PER_TENSOR, PACKED };
 
 static void wmat_pack(struct wmat *wm)
 {
 	size_t bytes;
-	ck_assert_int_eq(kcpu_int8_pack_bytes(&wm->k, &bytes), 0);
+	ck_assert_int_eq(kcpu_pack_bytes(&wm->k, &bytes), 0);
 	wm->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
 	ck_assert_ptr_nonnull(wm->packed);
-	ck_assert_int_eq(kcpu_int8_pack(NULL, &wm->k, wm->packed), 0);
+	ck_assert_int_eq(kcpu_pack(NULL, &wm->k, wm->packed), 0);
 	wm->k.packed = wm->packed;
 }
 
@@ -116,7 +116,7 @@ static void wmat_make(struct wmat *wm, enum dtype t, int64_t rows, int64_t cols,
 	}
 	wm->k.data = wm->data;
 	free(f);
-	if (sk == PACKED && (t == DT_Q8_0 || t == DT_I8) && rows > 0)
+	if (sk == PACKED && t != DT_F32 && rows > 0)
 		wmat_pack(wm);
 }
 
@@ -196,7 +196,8 @@ struct sweep_case {
 static const struct sweep_case cases[] = {
 	{ DT_F32, PER_ROW }, { DT_F16, PER_ROW },  { DT_BF16, PER_ROW },     { DT_Q8_0, PER_ROW },
 	{ DT_I8, PER_ROW },  { DT_I8, PER_TENSOR }, { DT_F8_E4M3, PER_ROW }, { DT_F8_E4M3, PER_TENSOR },
-	{ DT_Q8_0, PACKED },   { DT_I8, PACKED },
+	{ DT_Q8_0, PACKED },   { DT_I8, PACKED },  { DT_F16, PACKED },       { DT_BF16, PACKED },
+	{ DT_F8_E4M3, PACKED },
 };
 
 START_TEST(test_sweep)
@@ -329,7 +330,7 @@ START_TEST(test_bad_args)
 END_TEST
 
 /* Batched Q8_0 decode (4 <= m <= 16; on AVX-512 with AMX the tile path,
- * else the packed GEMM) and the repacked weights (kcpu_int8_pack) at every
+ * else the packed GEMM) and the repacked weights (kcpu_pack) at every
  * m, 1 to 40, give each X row exactly the bits the packed GEMM gives it at
  * m = 17: the same exact block dots, scaled and summed in the same F32
  * order, so a sequence's logits do not depend on its batch. Ragged rows
@@ -400,6 +401,50 @@ START_TEST(test_q8_batched_bits)
 }
 END_TEST
 
+/* The repacked float and I8 paths (kcpu_pack) give each X row the same
+ * bits at every m from 1 to 40 (one F32 FMA per k in k order whatever
+ * the tile: a sequence's logits do not depend on its batch), on ragged
+ * rows (a last panel of 1; 31) and columns. */
+START_TEST(test_packed_batch_bits)
+{
+	if (!kcpu_isa_supported(KCPU_ISA_AVX512))
+		return;
+	static const enum dtype dts[] = { DT_F16, DT_BF16, DT_F8_E4M3, DT_I8 };
+	static const int64_t shapes[][2] = { { 257, 96 }, { 31, 1000 }, { 48, 37 } };
+	struct kpool *pool;
+	ck_assert_int_eq(kpool_create(2, &pool), 0);
+	int bad = 0;
+	for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
+		for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+			const int64_t rows = shapes[si][0], cols = shapes[si][1];
+			struct wmat wm;
+			wmat_make(&wm, dts[di], rows, cols, PACKED);
+			float *x = malloc((size_t)(40 * cols) * sizeof(float));
+			float *y40 = malloc((size_t)(40 * rows) * sizeof(float));
+			float *y = malloc((size_t)(40 * rows) * sizeof(float));
+			for (int64_t i = 0; i < 40 * cols; i++)
+				x[i] = frand() * (i % 5 == 0 ? 30.0f : 1.0f);
+			ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, 40, y40, KCPU_ISA_AVX512), 0);
+			for (int m = 1; m < 40; m++) {
+				for (int64_t i = 0; i < m * rows; i++)
+					y[i] = NAN;
+				ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, m, y, KCPU_ISA_AVX512), 0);
+				for (int64_t i = 0; i < m * rows; i++)
+					if (memcmp(&y[i], &y40[i], sizeof(float)) && bad++ < 5)
+						fprintf(stderr, "  %s packed m=%d rows=%lld cols=%lld y[%lld]: %.9g vs m=40 %.9g\n",
+							dtype_name(dts[di]), m, (long long)rows,
+							(long long)cols, (long long)i, y[i], y40[i]);
+			}
+			free(x);
+			free(y40);
+			free(y);
+			wmat_free(&wm);
+		}
+	kpool_destroy(pool);
+	ck_assert_msg(bad == 0, "%d outputs depend on m", bad);
+}
+END_TEST
+
 static Suite *matmul_suite(void)
 {
 	Suite *s = suite_create("matmul");
@@ -407,6 +452,7 @@ static Suite *matmul_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_loop_test(tc, test_sweep, 0, (int)(sizeof cases / sizeof *cases));
 	tcase_add_test(tc, test_q8_batched_bits);
+	tcase_add_test(tc, test_packed_batch_bits);
 	tcase_add_test(tc, test_entry_points);
 	tcase_add_test(tc, test_bad_args);
 	suite_add_tcase(s, tc);

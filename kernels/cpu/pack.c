@@ -1,9 +1,9 @@
-/* kernels/cpu/int8_pack.c — the repacked 8-bit weight layouts (see
- * matmul.h, kcpu_int8_pack; constants in matmul_impl.h) for Q8_0 and I8:
- * built once at load by the CPU backend, read by gemm_q8p / gemm_i8p in
- * matmul_avx512.c. Plain C: it runs once per matrix, at memory speed.
- * Tested in tests/engine/test_matmul.c (every Q8_0 and I8 case runs
- * packed and unpacked; batched bits against the unpacked GEMM).
+/* kernels/cpu/pack.c — the repacked weight layouts (see matmul.h,
+ * kcpu_pack; constants in matmul_impl.h) for Q8_0 and I8 (gemm_q8p /
+ * gemm_i8p) and F16, BF16, F8_E4M3 (gemm_fp): built once at load by the CPU
+ * backend, read by matmul_avx512.c. Plain C: it runs once per matrix.
+ * Tested in tests/engine/test_matmul.c (every case of these dtypes runs
+ * packed and unpacked; batched bits across m).
  */
 #include <stdbool.h>
 #include <string.h>
@@ -13,7 +13,7 @@
 #include "matmul.h"
 #include "matmul_impl.h"
 
-int kcpu_int8_pack_wanted(const struct kmat *w)
+int kcpu_pack_wanted(const struct kmat *w)
 {
 	if (!w || kcpu_isa_best() != KCPU_ISA_AVX512)
 		return 0;
@@ -21,9 +21,18 @@ int kcpu_int8_pack_wanted(const struct kmat *w)
 	if (!k)
 		return 0;
 	/* Q8_0 on AMX machines: the tile path reads the blocks in place */
-	if (w->dtype == DT_Q8_0)
+	switch (w->dtype) {
+	case DT_Q8_0:
 		return k->gemm_q8p && !(k->amx_ok && k->amx_ok());
-	return w->dtype == DT_I8 && k->gemm_i8p && w->cols <= MM_I8P_MAX_K;
+	case DT_I8:
+		return k->gemm_i8p && w->cols <= MM_I8P_MAX_K;
+	case DT_F16:
+	case DT_BF16:
+	case DT_F8_E4M3:
+		return k->gemm_fp != NULL;
+	default:
+		return 0;
+	}
 }
 
 /* Panels and their bytes; ERR_INVAL for what has no packed layout. */
@@ -35,13 +44,17 @@ static int shape(const struct kmat *w, int64_t *n_panels, size_t *panel_bytes)
 		*panel_bytes = (size_t)((w->cols / Q8_0_BLOCK + 1) / 2) * MM_Q8P_PAIR_BYTES;
 	else if (w->dtype == DT_I8 && w->cols <= MM_I8P_MAX_K)
 		*panel_bytes = (size_t)((w->cols + Q8_0_BLOCK - 1) / Q8_0_BLOCK) * MM_I8P_BLOCK_BYTES;
+	else if (w->dtype == DT_F16 || w->dtype == DT_BF16)
+		*panel_bytes = (size_t)w->cols * MM_Q8P_ROWS * 2;
+	else if (w->dtype == DT_F8_E4M3)
+		*panel_bytes = (size_t)w->cols * MM_Q8P_ROWS;
 	else
 		return ERR_INVAL;
 	*n_panels = (w->rows + MM_Q8P_ROWS - 1) / MM_Q8P_ROWS;
 	return 0;
 }
 
-int kcpu_int8_pack_bytes(const struct kmat *w, size_t *out)
+int kcpu_pack_bytes(const struct kmat *w, size_t *out)
 {
 	int64_t np;
 	size_t pb;
@@ -86,6 +99,30 @@ struct pack_job {
 	size_t panel_bytes;
 };
 
+/* Float panel: for each k the 16 rows' values (zeros past the matrix). */
+static void pack_float(const struct kmat *w, int64_t r0, uint8_t *panel)
+{
+	const size_t es = w->dtype == DT_F8_E4M3 ? 1 : 2;
+	const int nv = (int)(w->rows - r0 < MM_Q8P_ROWS ? w->rows - r0 : MM_Q8P_ROWS);
+	const uint8_t *src = (const uint8_t *)w->data + (size_t)r0 * (size_t)w->cols * es;
+	const size_t row_bytes = (size_t)w->cols * es;
+	if (nv < MM_Q8P_ROWS)
+		memset(panel, 0, (size_t)w->cols * MM_Q8P_ROWS * es);
+	for (int64_t k0 = 0; k0 < w->cols; k0 += 64) { /* 64 k of each row at a time */
+		const int64_t kn = w->cols - k0 < 64 ? w->cols - k0 : 64;
+		for (int c = 0; c < nv; c++) {
+			const uint8_t *s = src + c * row_bytes + (size_t)k0 * es;
+			uint8_t *d = panel + ((size_t)k0 * MM_Q8P_ROWS + (size_t)c) * es;
+			if (es == 2)
+				for (int64_t k = 0; k < kn; k++)
+					memcpy(d + (size_t)k * MM_Q8P_ROWS * 2, s + 2 * k, 2);
+			else
+				for (int64_t k = 0; k < kn; k++)
+					d[(size_t)k * MM_Q8P_ROWS] = s[k];
+		}
+	}
+}
+
 static void pack_worker(void *p, int ith, int nth)
 {
 	const struct pack_job *j = p;
@@ -96,6 +133,10 @@ static void pack_worker(void *p, int ith, int nth)
 	for (long pi = p0; pi < p1; pi++) {
 		const int64_t r0 = (int64_t)pi * MM_Q8P_ROWS;
 		uint8_t *panel = j->out + (size_t)pi * j->panel_bytes;
+		if (w->dtype != DT_Q8_0 && w->dtype != DT_I8) {
+			pack_float(w, r0, panel);
+			continue;
+		}
 		if (w->dtype == DT_I8) {
 			for (int64_t b = 0; b < nb; b++)
 				pack_codes(w, r0, b * Q8_0_BLOCK, panel + b * MM_I8P_BLOCK_BYTES);
@@ -113,7 +154,7 @@ static void pack_worker(void *p, int ith, int nth)
 	}
 }
 
-int kcpu_int8_pack(struct kpool *pool, const struct kmat *w, void *out)
+int kcpu_pack(struct kpool *pool, const struct kmat *w, void *out)
 {
 	struct pack_job j = { .w = w, .out = out };
 	int rc = shape(w, &j.n_panels, &j.panel_bytes);

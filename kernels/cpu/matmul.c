@@ -1,6 +1,14 @@
 /* kernels/cpu/matmul.c — the fast Y = X·Wᵀ (see matmul.h): checks, picks the
- * instruction-set path, reserves scratch in the pool and runs one of three
+ * instruction-set path, reserves scratch in the pool and runs one of these
  * threaded loops over the per-ISA kernels of matmul_impl.h:
+ *   repacked    (w->packed, AVX-512: Q8_0, I8, F16, BF16, F8; kcpu_pack made
+ *               the copy at load): X is quantized (Q8_0 per 32-block, I8 per
+ *               row) or transposed into 16-row chunks, and one kernel per
+ *               dtype takes whole 16-row weight panels against up to 16 X
+ *               rows, for every m: decode streams each panel once, prefill
+ *               keeps blocks of X in L2 (floats: k in passes), and every
+ *               output gets the same F32 operations in the same order at
+ *               any m (batch invariance, bit for bit);
  *   float GEMV  (F32/F16/BF16/F8, small m): each thread converts MM_TW weight
  *               rows to F32 once and takes dot tiles against all m X rows, so
  *               each weight byte is read from memory once; for MM_BX_MIN_M <=

@@ -22,7 +22,8 @@
  * in steady state. Pass the engine's pool; a NULL pool makes (and frees) a
  * one-thread pool on every call. The pool must not be running anything else.
  * Paths are in kernels/cpu/matmul.c (loops, threading), matmul_avx512.c,
- * matmul_avx2.c, matmul_scalar.c (inner kernels).
+ * matmul_avx2.c, matmul_scalar.c (inner kernels); the repacked weight
+ * layouts (kcpu_pack below) in pack.c.
  */
 #ifndef AORTA_KERNELS_CPU_MATMUL_H
 #define AORTA_KERNELS_CPU_MATMUL_H
@@ -39,8 +40,8 @@ struct kmat {
 	const void *data;   /* rows * row_bytes(cols) bytes */
 	const float *scale; /* I8 / F8_E4M3: n_scale values, else NULL */
 	int64_t n_scale;    /* 1 (per tensor) or rows (per row) */
-	/* Q8_0 / I8, optional: the same weights repacked by kcpu_pack
-	 * (borrowed; data stays valid and is what every other reader uses). */
+	/* optional: the same weights repacked by kcpu_pack (borrowed; data
+	 * stays valid and is what every other reader uses). */
 	const void *packed;
 };
 
@@ -80,21 +81,25 @@ enum kcpu_isa kcpu_isa_best(void);
 int kcpu_matmul_isa(struct kpool *pool, const struct kmat *w, const float *x, int m, float *y,
 		    enum kcpu_isa isa);
 
-/* 8-bit weights repacked for the AVX-512 VNNI path (kernels/cpu/pack.c,
- * layouts in matmul_impl.h): 16 rows per panel, each 64-byte line holding
- * 4 consecutive k of the 16 rows (stored + 128); Q8_0 keeps its F16 block
- * scales beside each pair of blocks (the same 34 bytes per 32 weights as
- * the file), I8 its per-row scales in the kmat. Every load of the kernel is
- * one aligned line shared by all X rows, so one kernel serves decode at any
- * batch and prefill without packing per call (the per-call packer costs
- * more than the arithmetic below ~16 rows).
+/* Weights repacked for the AVX-512 path (kernels/cpu/pack.c, layouts in
+ * matmul_impl.h): 16 rows per panel, so that one aligned 64-byte line (or
+ * 32 bytes) holds what one instruction needs for all 16 rows and is loaded
+ * once for every X row. Q8_0 and I8: 4 consecutive k of the 16 rows per
+ * line, stored + 128 (the unsigned operand of vpdpbusd); Q8_0 keeps its F16
+ * block scales beside each pair of blocks (34 bytes per 32 weights, as the
+ * file), I8 its per-row scales in the kmat. F16, BF16, F8_E4M3: the 16
+ * rows' values at each k. One kernel per dtype then serves decode at any
+ * batch and prefill without converting or packing per call (the per-call
+ * packers cost more than the arithmetic below ~16 rows), and gives each
+ * output the same bits whatever m is.
  * kcpu_matmul uses w->packed on the AVX-512 path and ignores it elsewhere.
  * kcpu_pack_wanted: whether this CPU's best path gains from packing w
- * (AVX-512 VNNI; not Q8_0 where AMX-INT8 tiles read the blocks in place;
- * I8 up to MM_I8P_MAX_K columns).
- * kcpu_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW).
- * kcpu_pack: fill out (64-byte aligned, kcpu_pack_bytes long) from
- * w's data, over the pool's threads (pool may be NULL). */
+ * (AVX-512; not Q8_0 where AMX-INT8 tiles read the blocks in place; I8 up
+ * to MM_I8P_MAX_K columns; not F32).
+ * kcpu_pack_bytes: size of the copy (0 or ERR_INVAL / ERR_OVERFLOW): the
+ * size of the weights, rows rounded up to 16.
+ * kcpu_pack: fill out (64-byte aligned, kcpu_pack_bytes long) from w's
+ * data, over the pool's threads (pool may be NULL). */
 int kcpu_pack_wanted(const struct kmat *w);
 int kcpu_pack_bytes(const struct kmat *w, size_t *out);
 int kcpu_pack(struct kpool *pool, const struct kmat *w, void *out);

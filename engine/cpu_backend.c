@@ -77,10 +77,15 @@ static void *alloc_huge(size_t bytes)
 	return p;
 }
 
-/* Q8_0 matrices get the repacked copy the AVX-512 VNNI path reads
- * (kcpu_pack: same size as the weights, built once here over the pool)
- * where this CPU gains from it; the blocks stay the kmat's data for
- * everything else. The copy is owned by the backend. */
+/* Where this CPU gains from it (kcpu_pack_wanted: AVX-512, and the dtypes
+ * with a repacked kernel), a matrix gets the repacked copy the matmul reads
+ * instead (kcpu_pack: the weights' size, built once here over the pool);
+ * w->data stays valid for everything else (embedding gathers of a tied
+ * head, other backends). The copy is owned by the backend. The original's
+ * pages are then handed back to the kernel where it can take them
+ * (MADV_PAGEOUT: a mapped file's clean pages are dropped and read again if
+ * touched; anonymous memory without swap stays as it is), so a mapped model
+ * does not sit in memory twice. */
 static int pack_weight(struct cpu_backend *cb, struct kmat *w, const char *name, struct diag *d)
 {
 	if (w->packed || !kcpu_pack_wanted(w))
@@ -95,6 +100,16 @@ static int pack_weight(struct cpu_backend *cb, struct kmat *w, const char *name,
 	if ((rc = kcpu_pack(cb->pool, w, p)))
 		return diag_set(d, rc, "%s: repacking failed (%s)", name, err_str(rc));
 	w->packed = p;
+#if defined(MADV_PAGEOUT)
+	uint64_t row_bytes;
+	if (!dtype_row_bytes(w->dtype, (uint64_t)w->cols, &row_bytes)) {
+		const uintptr_t page = 4096, a = (uintptr_t)w->data;
+		const uintptr_t lo = (a + page - 1) / page * page;
+		const uintptr_t hi = (a + (uintptr_t)(row_bytes * (uint64_t)w->rows)) / page * page;
+		if (hi > lo)
+			(void)madvise((void *)lo, hi - lo, MADV_PAGEOUT); /* a hint */
+	}
+#endif
 	return 0;
 }
 

@@ -2,14 +2,20 @@
  * (kops_attn_group, kernels/cpu/ops.h), not a test.
  *
  * One layer's attention of a Llama-shaped model (32 query / 8 KV heads,
- * head_dim 64, blocks of 16) over the pool's threads, split into work items
- * as engine/forward.c's job_attention splits them:
+ * head_dim 64, blocks of 16) over the pool's threads, two ways:
+ *   - "rows": one kops_attn_group call per (row, kv head) item, the split
+ *     engine/forward.c used before row tiles;
+ *   - "tiles": kops_attn_rows on (tile of rows, kv head) items, planned as
+ *     forward.c's plan_attention / job_attention do now;
+ * on
  *   - prefill: one sequence of N rows at positions 0..N-1 (causal);
  *   - decode: B sequences of one row each, attending over C positions.
  * Reports ms per layer, GFLOP/s (4 * ctx * head_dim flops per query head and
  * row: QK and PV) and the fraction of the FMA peak of a register-only loop.
  * Usage: bench_attn [-t threads] [-r reps] [-d head_dim] [-p prompt] [-c decode_ctx]
- * Timings are the median of the repetitions; the machine is shared, so run
+ *                   [-m rows|tiles (default both)]
+ * Timings are the median of the repetitions (and the best one's GFLOP/s in
+ * parentheses); the machine is shared, so run
  * it when the load is low and repeat.
  */
 #include <math.h>
@@ -41,6 +47,8 @@ static float frand(void)
 	rng ^= rng << 17;
 	return (float)((rng >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
+
+static const char *only_mode; /* -m: time one of the two ways only */
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -116,7 +124,7 @@ struct job {
 	size_t scratch_per_thread;
 	const int32_t *tables; /* [n_seqs][mb] */
 	int mb;
-	int n_rows;
+	int n_rows, rows_per_seq;
 	const int32_t *row_seq; /* [n_rows] */
 	const int32_t *row_pos; /* [n_rows] */
 };
@@ -153,6 +161,56 @@ static void job_rows(void *p, int ith, int nth)
 	}
 }
 
+/* forward.c's plan_attention and job_attention, on n_rows / rows_per_seq
+ * sequences of rows_per_seq rows each */
+static long tile_items(const struct job *j, int tile, int per_tile)
+{
+	return (long)(j->n_rows / j->rows_per_seq) * ((j->rows_per_seq + tile - 1) / tile) *
+	       per_tile;
+}
+
+static void job_tiles(void *p, int ith, int nth)
+{
+	const struct job *j = p;
+	const int group = N_HEADS / N_KV, q_dim = N_HEADS * j->hd;
+	int per_item = group, tile = kops_attn_tile_rows(group);
+	if (tile_items(j, tile, N_KV) < nth) {
+		per_item = 1;
+		tile = kops_attn_tile_rows(1);
+	}
+	while (tile > 1 && tile_items(j, tile, N_HEADS / per_item) < nth)
+		tile /= 2;
+	const int per_tile = N_HEADS / per_item, rps = j->rows_per_seq;
+	struct kops_attn_args a = {
+	    .scratch = j->scratch + (size_t)ith * j->scratch_per_thread,
+	    .k_cache = j->k,
+	    .v_cache = j->v,
+	    .kv_dtype = j->kv_dtype,
+	    .block_size = BS,
+	    .n_kv_heads = N_KV,
+	    .head_dim = j->hd,
+	    .scale = 1.0f / sqrtf((float)j->hd),
+	};
+	long first = 0;
+	for (int s = 0; s < j->n_rows / rps; s++) {
+		const int r0 = s * rps, r1 = r0 + rps;
+		const long n = (long)((rps + tile - 1) / tile) * per_tile;
+		a.block_table = j->tables + (size_t)s * j->mb;
+		for (long k = ((ith - first) % nth + nth) % nth; k < n; k += nth) {
+			const int r = r0 + (int)(k / per_tile) * tile;
+			const int h0 = (int)(k % per_tile) * per_item;
+			const size_t off = r * (size_t)q_dim + (size_t)h0 * j->hd;
+			a.q = j->q + off;
+			a.out = j->out + off;
+			a.n_ctx = j->row_pos[r] + 1;
+			a.kv_head = h0 / group;
+			kops_attn_rows(j->isa, &a, per_item, r1 - r < tile ? r1 - r : tile, q_dim,
+			               q_dim);
+		}
+		first += n;
+	}
+}
+
 struct pools {
 	void *k, *v;
 	int n_blocks;
@@ -179,8 +237,8 @@ static int make_pools(struct pools *pl, enum dtype dt, int n_blocks, int hd)
 	return 0;
 }
 
-/* Runs the job reps times; returns the median seconds. */
-static double time_job(struct kpool *pool, kpool_fn fn, struct job *j, int reps)
+/* Runs the job reps times; returns the median seconds, the fastest in *best. */
+static double time_job(struct kpool *pool, kpool_fn fn, struct job *j, int reps, double *best)
 {
 	double *t = malloc(sizeof(double) * (size_t)reps), med;
 	kpool_run(pool, fn, j); /* warm up */
@@ -191,6 +249,7 @@ static double time_job(struct kpool *pool, kpool_fn fn, struct job *j, int reps)
 	}
 	qsort(t, (size_t)reps, sizeof(double), cmp_double);
 	med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+	*best = t[0];
 	free(t);
 	return med;
 }
@@ -210,7 +269,7 @@ static int run_case(struct kpool *pool, const char *name, enum dtype dt, int hd,
 	int32_t *row_pos = malloc(sizeof(int32_t) * (size_t)n_rows);
 	float *q = malloc(sizeof(float) * q_dim * n_rows),
 	      *out = malloc(sizeof(float) * q_dim * n_rows);
-	const size_t per_thread = (size_t)N_HEADS * ctx + 4096; /* ample for either path */
+	const size_t per_thread = kops_attn_scratch_floats(N_HEADS / N_KV, ctx, hd);
 	float *scratch = malloc(sizeof(float) * per_thread * kpool_size(pool));
 	if (!tables || !row_seq || !row_pos || !q || !out || !scratch)
 		return -1;
@@ -238,17 +297,27 @@ static int run_case(struct kpool *pool, const char *name, enum dtype dt, int hd,
 	    .tables = tables,
 	    .mb = mb,
 	    .n_rows = n_rows,
+	    .rows_per_seq = rows_per_seq,
 	    .row_seq = row_seq,
 	    .row_pos = row_pos,
 	};
-	double t = time_job(pool, job_rows, &j, reps);
-	double gf = flops / t / 1e9;
-	printf("%-8s %s hd %3d seqs %3d rows/seq %5d ctx %5d: %8.3f ms/layer  %7.1f GFLOP/s", name,
-	       dt == DT_F16 ? "f16" : "f32", hd, n_seqs, rows_per_seq, ctx, t * 1e3, gf);
-	if (peak > 0)
-		printf("  %4.1f%% of peak", 100.0 * gf / peak);
-	printf("\n");
-	fflush(stdout);
+	const char *modes[] = {"rows", "tiles"};
+	const kpool_fn fns[] = {job_rows, job_tiles};
+	for (int m = 0; m < 2; m++) {
+		if (only_mode && strcmp(only_mode, modes[m]))
+			continue;
+		double best, t = time_job(pool, fns[m], &j, reps, &best);
+		double gf = flops / t / 1e9;
+		printf("%-7s %-5s %s hd %3d seqs %3d rows/seq %5d ctx %5d: %8.3f ms/layer %7.1f "
+		       "GFLOP/s",
+		       name, modes[m], dt == DT_F16 ? "f16" : "f32", hd, n_seqs, rows_per_seq, ctx,
+		       t * 1e3, gf);
+		if (peak > 0)
+			printf(" %5.1f%% of peak", 100.0 * gf / peak);
+		printf(" (best %.1f)", flops / best / 1e9);
+		printf("\n");
+		fflush(stdout);
+	}
 	free(pl.k), free(pl.v), free(tables), free(row_seq), free(row_pos), free(q), free(out);
 	free(scratch);
 	return 0;
@@ -257,7 +326,7 @@ static int run_case(struct kpool *pool, const char *name, enum dtype dt, int hd,
 int main(int argc, char **argv)
 {
 	int threads = 0, reps = 7, hd = 64, prompt = 512, dctx = 128, opt;
-	while ((opt = getopt(argc, argv, "t:r:d:p:c:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:r:d:p:c:m:")) != -1) {
 		switch (opt) {
 		case 't':
 			threads = atoi(optarg);
@@ -274,9 +343,12 @@ int main(int argc, char **argv)
 		case 'c':
 			dctx = atoi(optarg);
 			break;
+		case 'm':
+			only_mode = optarg;
+			break;
 		default:
 			fprintf(stderr, "usage: bench_attn [-t threads] [-r reps] [-d head_dim] "
-			                "[-p prompt] [-c decode_ctx]\n");
+			                "[-p prompt] [-c decode_ctx] [-m rows|tiles]\n");
 			return 2;
 		}
 	}

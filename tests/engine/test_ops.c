@@ -1,6 +1,8 @@
-/* tests/engine/test_ops.c — every fast op in kernels/cpu/ops_fast.c against
- * its reference in ops_ref.c, for every ISA this CPU has, on ragged sizes
- * (tails of every vector width), with |got-ref| <= atol + rtol*|ref|.
+/* tests/engine/test_ops.c — every fast op in kernels/cpu/ops_fast.c (and the
+ * AVX-512 attention in ops_attn_avx512.c) against its reference in
+ * ops_ref.c, for every ISA this CPU has, on ragged sizes (tails of every
+ * vector width), with |got-ref| <= atol + rtol*|ref|; attention also for
+ * bit-identical results across tilings (batch invariance).
  */
 #include <check.h>
 #include <math.h>
@@ -168,7 +170,9 @@ START_TEST(test_attention)
 		/* GQA group: all query heads of kv head 1 in one pass == per head,
 		 * for group sizes 1..6 (the AVX-512 path takes heads four at a time) */
 		for (int NQ = 1; NQ <= 6; NQ++) {
-			float qg[6 * 128], og[6 * 128], rg[6 * 128], sg[6 * 12 * 16];
+			float qg[6 * 128], og[6 * 128], rg[6 * 128];
+			float *sg =
+			    malloc(kops_attn_scratch_floats(NQ, 12 * 16, hd) * sizeof(float));
 			fill(qg, NQ * hd, 1.0f);
 			for (int kvd = 0; kvd < 2; kvd++) {
 				for (int ci = 0; ci < 6; ci++) {
@@ -190,6 +194,7 @@ START_TEST(test_attention)
 					}
 				}
 			}
+			free(sg);
 		}
 		/* ctx 1: the output is exactly V of position 0 */
 		struct kops_attn_args a = { .q = q, .out = got, .scratch = scratch, .k_cache = kf,
@@ -200,6 +205,187 @@ START_TEST(test_attention)
 		const float *v0 = vf + kops_kv_offset(table[0], 0, 1, n_kv, bs, hd);
 		ck_assert_int_eq(compare("attention-ctx1", best, got, v0, hd, 0, 1e-6f), 0);
 		free(kf), free(vf), free(kh), free(vh);
+	}
+}
+END_TEST
+
+/* kops_attn_rows runs a prefill chunk's rows in tiles that share each K/V
+ * load, yet every (row, head) must come out bit for bit as with the row
+ * alone (kops_attn_group), each head alone (n_q 1) and the chunk split at
+ * another row (batch invariance), and close to the reference. Ragged
+ * contexts (ctx 1, ends mid-block, many blocks crossed), F32 and F16 caches,
+ * head dims the AVX-512 kernel takes (multiples of 16) and ones it does not
+ * (80 is one; 20 goes to the plain path), group sizes 1..8, block sizes 16
+ * and 32 (whole blocks per 16-key panel) and 8 and 24 (panels across
+ * blocks). Row strides leave gaps that must stay untouched; outputs start
+ * as NaN. Scratch is malloc'd at exactly kops_attn_scratch_floats, so the
+ * ASan build catches an overrun. Lower ISAs take one row at a time and get
+ * a smaller grid. */
+#define RB_MAX_CTX 192
+
+static void rb_fill_nan(float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = NAN;
+}
+
+/* out rows [r0, r0 + n) of the chunk, heads [h0, h0 + nq) */
+static void rb_run(enum kops_isa isa, const struct kops_attn_args *base, const float *q, float *out,
+                   long stride, int r0, int n, int h0, int nq)
+{
+	struct kops_attn_args a = *base;
+	a.q = q + r0 * stride + (long)h0 * base->head_dim;
+	a.out = out + r0 * stride + (long)h0 * base->head_dim;
+	a.n_ctx = base->n_ctx + r0;
+	kops_attn_rows(isa, &a, nq, n, stride, stride);
+}
+
+static int rb_same(const char *what, enum kops_isa isa, const float *got, const float *want,
+                   size_t n, int hd, int nq, int bs, int kv16, int p0)
+{
+	if (!memcmp(got, want, n * sizeof(float)))
+		return 1;
+	for (size_t i = 0; i < n; i++) {
+		if (memcmp(&got[i], &want[i], sizeof(float))) {
+			fprintf(
+			    stderr,
+			    "%s [%s] hd %d n_q %d bs %d %s p0 %d: float %zu got %.9g want %.9g\n",
+			    what, kops_isa_name(isa), hd, nq, bs, kv16 ? "f16" : "f32", p0, i,
+			    got[i], want[i]);
+			break;
+		}
+	}
+	return 0;
+}
+
+START_TEST(test_attn_rows_bits)
+{
+	const enum kops_isa best = kops_isa_detect();
+	const int hds[] = {16, 32, 48, 64, 80, 96, 128, 20};
+	const int bss[] = {16, 32, 8, 24};
+	/* (first position, rows) of a chunk; contexts p0 + 1 .. p0 + rows */
+	const int chunks[][2] = {{0, 1}, {0, 37}, {5, 1}, {13, 21}, {40, 26}, {150, 9}};
+	const int n_kv = 2, max_nq = 8, pad = 5; /* pad: floats between output rows */
+	for (int hi = 0; hi < (int)(sizeof hds / sizeof *hds); hi++) {
+		const int hd = hds[hi];
+		const long stride = (long)max_nq * hd + pad;
+		const size_t n_io = (size_t)37 * stride;
+		float *q = malloc(n_io * 4), *ref = malloc(n_io * 4), *got = malloc(n_io * 4);
+		float *alt = malloc(n_io * 4);
+		fill(q, (int)n_io, 1.0f);
+		for (int bi = 0; bi < 4; bi++) {
+			const int bs = bss[bi], n_blocks = (RB_MAX_CTX + bs - 1) / bs;
+			int32_t table[RB_MAX_CTX];
+			for (int i = 0; i < n_blocks; i++)
+				table[i] =
+				    (i * 7 + 3) % n_blocks; /* n_blocks is never a multiple of 7 */
+			const size_t n_vals = (size_t)n_blocks * bs * n_kv * hd;
+			float *kf = malloc(n_vals * 4), *vf = malloc(n_vals * 4);
+			uint16_t *kh = malloc(n_vals * 2), *vh = malloc(n_vals * 2);
+			fill(kf, (int)n_vals, 2.0f);
+			fill(vf, (int)n_vals, 1.0f);
+			kops_store_row(DT_F16, kh, kf, (int)n_vals);
+			kops_store_row(DT_F16, vh, vf, (int)n_vals);
+			for (int kv16 = 0; kv16 < 2; kv16++) {
+				/* the reference reads what the cache holds */
+				if (kv16) {
+					for (size_t i = 0; i < n_vals; i++) {
+						kf[i] = f16_to_f32(kh[i]);
+						vf[i] = f16_to_f32(vh[i]);
+					}
+				}
+				for (int nq = 1; nq <= max_nq; nq++) {
+					for (int ci = 0; ci < 6; ci++) {
+						const int p0 = chunks[ci][0], rows = chunks[ci][1];
+						float *scratch = malloc(
+						    kops_attn_scratch_floats(nq, p0 + rows, hd) *
+						    4);
+						struct kops_attn_args a = {
+						    .scratch = scratch,
+						    .k_cache = kv16 ? (void *)kh : (void *)kf,
+						    .v_cache = kv16 ? (void *)vh : (void *)vf,
+						    .kv_dtype = kv16 ? DT_F16 : DT_F32,
+						    .block_table = table,
+						    .block_size = bs,
+						    .n_ctx = p0 + 1,
+						    .kv_head = 1,
+						    .n_kv_heads = n_kv,
+						    .head_dim = hd,
+						    .scale = 1.0f / sqrtf((float)hd),
+						};
+						rb_fill_nan(ref, n_io);
+						for (int r = 0; r < rows; r++) {
+							struct kops_attn_args h = a;
+							h.q = q + r * stride;
+							h.out = ref + r * stride;
+							h.n_ctx = p0 + 1 + r;
+							h.k_cache = kf;
+							h.v_cache = vf;
+							h.kv_dtype = DT_F32;
+							kops_attn_group_ref(&h, nq);
+						}
+						for (int isa = 0; isa <= (int)best; isa++) {
+							/* lower ISAs go one row at a time: a
+							 * smaller grid */
+							if (isa != (int)best &&
+							    (bs != 16 ||
+							     (nq != 1 && nq != 4 && nq != 7)))
+								continue;
+							rb_fill_nan(got, n_io);
+							rb_run(isa, &a, q, got, stride, 0, rows, 0,
+							       nq);
+							int bad = 0; /* one ck_assert per case: each
+							                one writes to a pipe */
+							for (int r = 0; r < rows; r++) {
+								bad +=
+								    compare("attn-rows", isa,
+								            got + r * stride,
+								            ref + r * stride,
+								            nq * hd, 1e-6f, 1e-4f);
+								for (int i = nq * hd;
+								     i < stride && r + 1 < rows;
+								     i++)
+									bad += !isnan(
+									    got[r * stride + i]);
+							}
+							ck_assert_int_eq(bad, 0);
+							rb_fill_nan(alt, n_io); /* each row alone */
+							for (int r = 0; r < rows; r++) {
+								struct kops_attn_args h = a;
+								h.q = q + r * stride;
+								h.out = alt + r * stride;
+								h.n_ctx = p0 + 1 + r;
+								kops_attn_group(isa, &h, nq);
+							}
+							ck_assert(rb_same("rows vs one row", isa,
+							                  got, alt, n_io, hd, nq,
+							                  bs, kv16, p0));
+							rb_fill_nan(alt,
+							            n_io); /* each head alone */
+							for (int g = 0; g < nq; g++)
+								rb_run(isa, &a, q, alt, stride, 0,
+								       rows, g, 1);
+							ck_assert(rb_same("rows vs one head", isa,
+							                  got, alt, n_io, hd, nq,
+							                  bs, kv16, p0));
+							rb_fill_nan(
+							    alt,
+							    n_io); /* the chunk split at rows / 3 */
+							rb_run(isa, &a, q, alt, stride, 0, rows / 3,
+							       0, nq);
+							rb_run(isa, &a, q, alt, stride, rows / 3,
+							       rows - rows / 3, 0, nq);
+							ck_assert(rb_same("rows vs split chunk",
+							                  isa, got, alt, n_io, hd,
+							                  nq, bs, kv16, p0));
+						}
+						free(scratch);
+					}
+				}
+			}
+			free(kf), free(vf), free(kh), free(vh);
+		}
+		free(q), free(ref), free(got), free(alt);
 	}
 }
 END_TEST
@@ -221,7 +407,9 @@ int main(void)
 	tcase_add_test(tc, test_rowops);
 	tcase_add_test(tc, test_rope);
 	tcase_add_test(tc, test_attention);
+	tcase_add_test(tc, test_attn_rows_bits);
 	tcase_add_test(tc, test_argmax);
+	tcase_set_timeout(tc, 100); /* the attention grids, under the sanitizers */
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -122,8 +122,10 @@ void kops_attn_rows(enum kops_isa isa, const struct kops_attn_args *a, int n_q, 
                     long q_stride, long out_stride);
 
 /* Rows per tile for n_q heads: about KOPS_ATTN_TILE_Q queries share each
- * transposed K block. A caller splitting work should hand out whole tiles. */
-#define KOPS_ATTN_TILE_Q 32
+ * transposed K block (the AVX-512 kernel cuts tiles shorter past 2048
+ * positions, to bound its scratch). A caller splitting work should hand out
+ * whole tiles. */
+#define KOPS_ATTN_TILE_Q 64
 static inline int kops_attn_tile_rows(int n_q)
 {
 	return n_q >= KOPS_ATTN_TILE_Q ? 1 : KOPS_ATTN_TILE_Q / n_q;

@@ -1,7 +1,8 @@
 /* kernels/cpu/ops_attn_avx512.c — paged attention on AVX-512: the kernel
  * behind kops_attn_rows and kops_attn_group (ops.h) for head_dim a multiple
  * of 16. A tile is up to kops_attn_tile_rows(n_q) consecutive query rows of
- * one sequence times the n_q heads of one KV head: M queries, two passes.
+ * one sequence times the n_q heads of one KV head (M <= 64 queries; fewer
+ * rows when M scores per position would pass 512 KB), in two passes.
  *
  * Scores: the K rows of 16 positions are transposed once per tile into a
  * [head_dim][16] panel (F16 converted on the way); every query value is
@@ -10,6 +11,8 @@
  * registers). Each query's softmax runs over its own row's causal context.
  * Values: per row, up to 4 heads x 64 output columns in registers over the
  * row's positions, each V row loaded (and converted) once for those heads.
+ * Blocks are scattered in the pool, so both passes prefetch the next
+ * block's rows (decode, one row per sequence, waits on these loads).
  *
  * Batch invariance: in any tile, the score of (query, position) is scale *
  * (FMA chain over d = 0, 1, .., head_dim - 1), its softmax reads that
@@ -29,10 +32,26 @@ static inline long round16(long n)
 
 /* A tile's scratch: 64-byte alignment slack, two K panels [2][hd][16], the
  * queries transposed [hd][M], the scores [M][round16(ctx)]. */
+/* Rows of a tile at context ctx0: kops_attn_tile_rows(n_q), fewer when the
+ * scores would pass ATTN_SCORES floats (long contexts), at least one. */
+#define ATTN_SCORES (64L * 2048) /* 512 KB */
+static int tile_rows_at(int n_q, int ctx0, int n_rows)
+{
+	int n = kops_attn_tile_rows(n_q);
+	n = n < n_rows ? n : n_rows;
+	while (n > 1 && (long)n_q * n * round16(ctx0 + n - 1) > ATTN_SCORES)
+		n--;
+	return n;
+}
+
 size_t kops__attn_tile_scratch(int n_q, int max_ctx, int head_dim)
 {
 	const long m = n_q > KOPS_ATTN_TILE_Q ? n_q : KOPS_ATTN_TILE_Q;
-	return (size_t)(16 + 32L * head_dim + m * head_dim + m * round16(max_ctx));
+	long scores = m * round16(max_ctx);
+	if (scores > ATTN_SCORES) /* tiles of one row may pass the bound */
+		scores =
+		    n_q * round16(max_ctx) > ATTN_SCORES ? n_q * round16(max_ctx) : ATTN_SCORES;
+	return (size_t)(16 + 32L * head_dim + m * head_dim + scores);
 }
 
 #if KOPS_X86
@@ -85,6 +104,21 @@ INLINE void transpose16(__m512 r[16])
 	}
 }
 
+/* row[j] = K row of position t0 + j, or of ctx - 1 past it (the block
+ * table may end there). */
+static inline void k_rows(const struct kops_attn_args *a, int t0, int ctx, int es,
+                          const char *row[16])
+{
+	if (a->block_size % 16 == 0 && t0 + 16 <= ctx) { /* one block, consecutive rows */
+		const char *base = kv_row(a, a->k_cache, t0, es);
+		for (int j = 0; j < 16; j++)
+			row[j] = base + (long)j * a->head_dim * es;
+	} else {
+		for (int j = 0; j < 16; j++)
+			row[j] = kv_row(a, a->k_cache, t0 + j < ctx ? t0 + j : ctx - 1, es);
+	}
+}
+
 /* kt[d * 16 + j] = K[t0 + j][d] for j < 16, d < head_dim. Positions at or
  * past ctx read row ctx - 1 again: their scores are never used, and the
  * block table may end there. */
@@ -92,13 +126,13 @@ INLINE void k_panel(const struct kops_attn_args *a, int t0, int ctx, float *kt, 
 {
 	const int hd = a->head_dim, es = F16 ? 2 : 4;
 	const char *row[16];
-	if (a->block_size % 16 == 0 && t0 + 16 <= ctx) { /* one block, consecutive rows */
-		const char *base = kv_row(a, a->k_cache, t0, es);
+	k_rows(a, t0, ctx, es, row);
+	if (t0 + 32 < ctx) { /* this panel of the next pair: the blocks are scattered */
+		const char *next[16];
+		k_rows(a, t0 + 32, ctx, es, next);
 		for (int j = 0; j < 16; j++)
-			row[j] = base + (long)j * hd * es;
-	} else {
-		for (int j = 0; j < 16; j++)
-			row[j] = kv_row(a, a->k_cache, t0 + j < ctx ? t0 + j : ctx - 1, es);
+			for (int l = 0; l < hd * es; l += 64)
+				_mm_prefetch(next[j] + l, _MM_HINT_T0);
 	}
 	for (int c = 0; c < hd; c += 16) {
 		__m512 r[16];
@@ -244,8 +278,13 @@ INLINE void pv_pass(const struct kops_attn_args *a, const float *s, long ss, con
 	for (int t0 = 0, b = 0; t0 < n_ctx; t0 += bs, b++) {
 		const int n = n_ctx - t0 < bs ? n_ctx - t0 : bs;
 		const char *v = v0 + a->block_table[b] * blk;
+		/* the next block's rows are fetched while this one is used: the
+		 * blocks are scattered, the hardware prefetcher stops at each */
+		const char *vn = t0 + bs < n_ctx ? v0 + a->block_table[b + 1] * blk : v;
 		const float *st = s + t0;
-		for (int j = 0; j < n; j++, v += (long)hd * es) {
+		for (int j = 0; j < n; j++, v += (long)hd * es, vn += (long)hd * es) {
+			for (int l = 0; l < CZ * 16 * es; l += 64)
+				_mm_prefetch(vn + l, _MM_HINT_T0);
 			__m512 vv[4];
 #pragma GCC unroll 4
 			for (int i = 0; i < CZ; i++)
@@ -353,10 +392,9 @@ T_AVX512 static void attn_tile_f16(const struct kops_attn_args *a, int n_q, int 
 void kops__attn_rows_avx512(const struct kops_attn_args *a, int n_q, int n_rows, long q_stride,
                             long out_stride)
 {
-	const int tile = kops_attn_tile_rows(n_q);
 	struct kops_attn_args t = *a;
-	for (int r = 0; r < n_rows; r += tile) {
-		const int n = n_rows - r < tile ? n_rows - r : tile;
+	for (int r = 0, n; r < n_rows; r += n) {
+		n = tile_rows_at(n_q, a->n_ctx + r, n_rows - r);
 		t.q = a->q + r * q_stride;
 		t.out = a->out + r * out_stride;
 		t.n_ctx = a->n_ctx + r;

@@ -30,8 +30,6 @@ static inline long round16(long n)
 	return (n + 15) & ~15L;
 }
 
-/* A tile's scratch: 64-byte alignment slack, two K panels [2][hd][16], the
- * queries transposed [hd][M], the scores [M][round16(ctx)]. */
 /* Rows of a tile at context ctx0: kops_attn_tile_rows(n_q), fewer when the
  * scores would pass ATTN_SCORES floats (long contexts), at least one. */
 #define ATTN_SCORES (64L * 2048) /* 512 KB */
@@ -44,6 +42,8 @@ static int tile_rows_at(int n_q, int ctx0, int n_rows)
 	return n;
 }
 
+/* A tile's scratch: 64-byte alignment slack, two K panels [2][hd][16], the
+ * queries transposed [hd][M], the scores [M][round16(ctx)]. */
 size_t kops__attn_tile_scratch(int n_q, int max_ctx, int head_dim)
 {
 	const long m = n_q > KOPS_ATTN_TILE_Q ? n_q : KOPS_ATTN_TILE_Q;

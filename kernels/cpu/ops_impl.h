@@ -47,8 +47,8 @@ static inline int kops__attn_avx512_takes(int head_dim)
 }
 
 /* kops_attn_rows (ops.h) on AVX-512 for n_q <= KOPS__ATTN_MAX_Q heads, any
- * n_rows (cut into tiles of kops_attn_tile_rows(n_q) rows); scratch of
- * kops__attn_tile_scratch(n_q, last row's n_ctx, head_dim) floats. */
+ * n_rows (cut into tiles of at most kops_attn_tile_rows(n_q) rows); scratch
+ * of kops__attn_tile_scratch(n_q, last row's n_ctx, head_dim) floats. */
 void kops__attn_rows_avx512(const struct kops_attn_args *a, int n_q, int n_rows, long q_stride,
                             long out_stride);
 #endif

@@ -294,8 +294,11 @@ static int alloc_activations(struct cpu_backend *cb, const struct engine_opts *o
 	cb->v = alloc_rows(T, kv_dim, &rc);
 	cb->gate = alloc_rows(T, c->ffn, &rc);
 	cb->up = alloc_rows(T, c->ffn, &rc);
-	/* attention scores of a GQA group, or RoPE's cos/sin: both never at once */
-	cb->scratch_per_thread = (size_t)(c->n_heads / c->n_kv_heads) * max_ctx + (size_t)c->head_dim;
+	/* an attention tile (ops.h), or RoPE's cos/sin: both never at once */
+	const size_t attn_floats =
+	    kops_attn_scratch_floats(c->n_heads / c->n_kv_heads, (int)max_ctx, c->head_dim);
+	cb->scratch_per_thread =
+	    attn_floats > (size_t)c->head_dim ? attn_floats : (size_t)c->head_dim;
 	cb->scratch = alloc_rows(cb->n_threads, (int64_t)cb->scratch_per_thread, &rc);
 	if (!rc && !(cb->row_seq = malloc((size_t)T * sizeof(int32_t))))
 		rc = ERR_NOMEM;

@@ -52,7 +52,7 @@ struct cpu_backend {
 	int max_ctx; /* attention scratch length per thread */
 	float *x, *xn, *q, *k, *v, *attn, *tmp, *gate, *up;
 	float *scratch; /* n_threads * scratch_per_thread */
-	size_t scratch_per_thread; /* GQA group * max_ctx + head_dim floats */
+	size_t scratch_per_thread; /* kops_attn_scratch_floats(group, max_ctx, hd), >= hd */
 	int32_t *row_seq; /* (max_tokens) sequence index of each row */
 };
 

@@ -18,7 +18,9 @@ struct fwd {
 	const struct engine_batch *b;
 	const struct cpu_layer *L;
 	int layer;
-	const int32_t *row_seq; /* [n_tokens] sequence of each row */
+	/* attention plan (plan_attention) */
+	int attn_per_item; /* query heads per work item */
+	int attn_tile;     /* rows per work item */
 	/* add_norm job */
 	const float *add_src; /* NULL: no residual add */
 	const float *norm_w;
@@ -118,20 +120,48 @@ static void job_qkv_post(void *p, int ith, int nth)
 
 /* ---- attention -------------------------------------------------------------- */
 
-/* Work items are (row, kv head) pairs, each covering the kv head's group of
- * query heads, handed out round-robin: in a prefill chunk later rows see
- * longer contexts, so contiguous ranges would be unbalanced. When there are
- * fewer such items than workers (small decode batches) each query head is
- * its own item instead, so every worker has a share of the cache to read.
- * Each head's result does not depend on how heads are grouped (the kernels
- * compute heads independently), so this choice keeps batch invariance. */
+/* Work items are (tile, heads) pairs: a tile is up to attn_tile consecutive
+ * rows of one sequence (a prefill chunk's rows share each K/V load in
+ * kops_attn_rows; a decode row is a tile of one), the heads are one kv head's
+ * group of query heads, or a single query head when there would be fewer
+ * items than workers (small decode batches), so every worker has a share of
+ * the cache to read. Items are handed out round-robin: in a prefill chunk
+ * later rows see longer contexts, so contiguous ranges would be unbalanced.
+ * kops_attn_rows gives each (row, head) the same bits whatever its tile and
+ * head split, so this plan keeps batch invariance. */
+static long attn_items(const struct engine_batch *b, int tile, int items_per_tile)
+{
+	long n = 0;
+	for (int s = 0; s < b->n_seqs; s++)
+		n += (b->seq_start[s + 1] - b->seq_start[s] + tile - 1) / tile;
+	return n * items_per_tile;
+}
+
+static void plan_attention(struct fwd *f, int nth)
+{
+	const struct model_config *c = &f->cb->cfg;
+	int per_item = c->n_heads / c->n_kv_heads;
+	int tile = kops_attn_tile_rows(per_item);
+	if (attn_items(f->b, tile, c->n_kv_heads) < nth) {
+		per_item = 1;
+		tile = kops_attn_tile_rows(1);
+	}
+	while (tile > 1 && attn_items(f->b, tile, c->n_heads / per_item) < nth)
+		tile /= 2;
+	f->attn_per_item = per_item;
+	f->attn_tile = tile;
+}
+
 static void job_attention(void *p, int ith, int nth)
 {
 	struct fwd *f = p;
 	struct cpu_backend *cb = f->cb;
+	const struct engine_batch *b = f->b;
 	const struct model_config *c = &cb->cfg;
 	const int hd = c->head_dim, q_dim = c->n_heads * hd;
 	const int group = c->n_heads / c->n_kv_heads;
+	const int per_item = f->attn_per_item, tile = f->attn_tile;
+	const int items_per_tile = c->n_heads / per_item;
 	const char *k_pool = (const char *)cb->kv + (size_t)(2 * f->layer) * cb->kv_layer_bytes;
 	struct kops_attn_args a = {
 		.scratch = scratch_of(cb, ith),
@@ -143,20 +173,23 @@ static void job_attention(void *p, int ith, int nth)
 		.head_dim = hd,
 		.scale = 1.0f / sqrtf((float)hd),
 	};
-	const int per_item = (long)f->b->n_tokens * c->n_kv_heads < nth ? 1 : group;
-	const int items_per_row = c->n_heads / per_item;
-	const long n_items = (long)f->b->n_tokens * items_per_row;
-	for (long it = ith; it < n_items; it += nth) {
-		long r = it / items_per_row;
-		int h0 = (int)(it % items_per_row) * per_item; /* first query head */
-		int s = f->row_seq[r];
-		size_t off = r * (size_t)q_dim + (size_t)h0 * hd;
-		a.q = cb->q + off;
-		a.out = cb->attn + off;
-		a.block_table = f->b->block_tables + (size_t)s * f->b->max_blocks_per_seq;
-		a.n_ctx = f->b->positions[r] + 1; /* causal: up to and including itself */
-		a.kv_head = h0 / group;
-		kops_attn_group(cb->isa, &a, per_item);
+	long first = 0; /* index of sequence s's first item */
+	for (int s = 0; s < b->n_seqs; s++) {
+		const int r0 = b->seq_start[s], r1 = b->seq_start[s + 1];
+		const long n = (long)((r1 - r0 + tile - 1) / tile) * items_per_tile;
+		a.block_table = b->block_tables + (size_t)s * b->max_blocks_per_seq;
+		for (long k = ((ith - first) % nth + nth) % nth; k < n; k += nth) {
+			const int r = r0 + (int)(k / items_per_tile) * tile;
+			const int h0 = (int)(k % items_per_tile) * per_item; /* first query head */
+			const size_t off = r * (size_t)q_dim + (size_t)h0 * hd;
+			a.q = cb->q + off;
+			a.out = cb->attn + off;
+			a.n_ctx = b->positions[r] + 1; /* causal: up to and including itself */
+			a.kv_head = h0 / group;
+			kops_attn_rows(cb->isa, &a, per_item, r1 - r < tile ? r1 - r : tile, q_dim,
+			               q_dim);
+		}
+		first += n;
 	}
 }
 
@@ -191,12 +224,8 @@ int cpu_forward(struct backend *be, const struct engine_batch *b, float *logits)
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	const struct model_config *c = &cb->cfg;
 	const int T = b->n_tokens;
-	/* the sequence of each row, so attention items need no search */
-	for (int s = 0; s < b->n_seqs; s++)
-		for (int r = b->seq_start[s]; r < b->seq_start[s + 1]; r++)
-			cb->row_seq[r] = s;
-
-	struct fwd f = { .cb = cb, .b = b, .row_seq = cb->row_seq };
+	struct fwd f = {.cb = cb, .b = b};
+	plan_attention(&f, kpool_size(cb->pool));
 	kpool_run(cb->pool, job_embed, &f);
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cpu_layer *L = &cb->layers[l];

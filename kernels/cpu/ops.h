@@ -5,9 +5,13 @@
  * and a fast version (`kops_*`) that takes the instruction set to use, so a
  * test can run each ISA the machine has against the reference
  * (tests/engine/test_ops.c). kops_isa_detect() picks the best one at run time;
- * the engine stores it. Ops work on one row (or one query head) at a time:
- * threading is the caller's (engine/forward.c splits rows and heads over the
- * pool). Stateless; any thread. All pointers are borrowed for the call.
+ * the engine stores it. Ops work on one row at a time, attention on one
+ * KV head's query heads for one row or a run of consecutive rows of one
+ * sequence (kops_attn_rows): threading is the caller's (engine/forward.c
+ * splits rows, row tiles and heads over the pool). Stateless; any thread.
+ * All pointers are borrowed for the call. Attention results are batch
+ * invariant: bit for bit the same however rows and heads are grouped into
+ * calls (see kops_attn_rows).
  *
  * Paged KV layout, per layer and for K and V separately: n_blocks blocks,
  * each [n_kv_heads][block_size][head_dim] values in F32 or F16, so the keys
@@ -18,6 +22,7 @@
 #ifndef AORTA_KERNELS_CPU_OPS_H
 #define AORTA_KERNELS_CPU_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/dtype.h"
@@ -94,10 +99,42 @@ void kops_attn_head(enum kops_isa isa, const struct kops_attn_args *a);
 
 /* The n_q query heads that share kv_head (GQA), in one pass over the cache
  * so each K/V row is read once for all of them: q and out are [n_q, head_dim]
- * (consecutive heads), scratch is [n_q * n_ctx]. Same result as n_q calls of
- * kops_attn_head. */
+ * (consecutive heads); scratch is kops_attn_scratch_floats(n_q, n_ctx,
+ * head_dim) floats (the reference needs [n_ctx]). Same math as n_q calls of
+ * kops_attn_head; kops_attn_group(isa, a, n_q) is kops_attn_rows(isa, a, n_q,
+ * 1, ...). */
 void kops_attn_group_ref(const struct kops_attn_args *a, int n_q);
 void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q);
+
+/* n_rows consecutive query rows of one sequence (rows of a prefill chunk are
+ * at consecutive positions) for the n_q heads of kv_head: row i's queries are
+ * at q + i * q_stride ([n_q, head_dim]), its output at out + i * out_stride,
+ * its context is n_ctx + i. On AVX-512 the rows are cut into tiles of
+ * kops_attn_tile_rows(n_q) rows whose queries share every K/V load; other
+ * ISAs take one row at a time.
+ *
+ * Batch invariance: for every ISA, each (row, head) result is bit for bit the
+ * same as with that row alone (n_rows 1) and with any split of the heads
+ * (n_q 1 per head): the floating-point operations of one (row, head) do not
+ * depend on which other rows and heads share the call. So a sequence's
+ * output does not depend on how its prompt is chunked or batched. */
+void kops_attn_rows(enum kops_isa isa, const struct kops_attn_args *a, int n_q, int n_rows,
+                    long q_stride, long out_stride);
+
+/* Rows per tile for n_q heads: about KOPS_ATTN_TILE_Q queries share each
+ * transposed K block (the AVX-512 kernel cuts tiles shorter past 2048
+ * positions, to bound its scratch). A caller splitting work should hand out
+ * whole tiles. */
+#define KOPS_ATTN_TILE_Q 64
+static inline int kops_attn_tile_rows(int n_q)
+{
+	return n_q >= KOPS_ATTN_TILE_Q ? 1 : KOPS_ATTN_TILE_Q / n_q;
+}
+
+/* Scratch floats that kops_attn_group and kops_attn_rows need with at most
+ * n_q heads, rows of at most head_dim values and last-row contexts of at most
+ * max_ctx positions. */
+size_t kops_attn_scratch_floats(int n_q, int max_ctx, int head_dim);
 
 /* Index of the largest value (the first on ties); -1 when n <= 0. */
 int kops_argmax(const float *x, int n);

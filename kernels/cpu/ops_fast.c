@@ -2,20 +2,17 @@
  * math as ops_ref.c with AVX2/FMA/F16C or AVX-512F inner loops, picked by the
  * `isa` argument (kops_isa_detect() at run time), and a portable scalar path.
  * Functions for one ISA are compiled with a target attribute so the file
- * builds with the default flags. Results differ from the reference only by
- * summation order; tests/engine/test_ops.c checks every ISA on ragged sizes.
+ * builds with the default flags (ops_impl.h). Attention: kops_attn_rows and
+ * kops_attn_group dispatch to the tiled AVX-512 kernel in ops_attn_avx512.c
+ * (head_dim a multiple of 16), else run one row at a time here (the AVX2
+ * kernel for head_dim a multiple of 32, else plain loops over dot/axpy).
+ * Results differ from the reference only by summation order;
+ * tests/engine/test_ops.c checks every ISA on ragged sizes.
  */
 #include <math.h>
 #include <string.h>
 
-#include "ops.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KOPS_X86 1
-#include <immintrin.h>
-#else
-#define KOPS_X86 0
-#endif
+#include "ops_impl.h"
 
 enum kops_isa kops_isa_detect(void)
 {
@@ -80,9 +77,6 @@ static void axpy_f16_scalar(float *y, float p, const uint16_t *x, int n)
 }
 
 #if KOPS_X86
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-
 T_AVX2 static float hsum256(__m256 v)
 {
 	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -349,179 +343,11 @@ void kops_attn_head(enum kops_isa isa, const struct kops_attn_args *a)
 }
 
 #if KOPS_X86
-/* AVX-512 group attention for head_dim a multiple of 64 (64, 128, 256 — the
- * usual sizes). Scores: four keys at a time, their K rows shared by every
- * head of the group, the four horizontal sums done together. Values: the
- * output is built 64 floats at a time in four registers over all keys,
- * instead of a load-add-store of the output row per key. */
-T_AVX512 static inline __m512 load16(const void *base, long off, int is_f16)
-{
-	if (is_f16)
-		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)));
-	return _mm512_loadu_ps((const float *)base + off);
-}
-
-T_AVX512 static inline __m256 fold256(__m512 v)
-{
-	__m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-	return _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-}
-
-/* [sum(a), sum(b), sum(c), sum(d)] */
-T_AVX512 static inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
-{
-	__m256 h01 = _mm256_hadd_ps(fold256(a), fold256(b));
-	__m256 h23 = _mm256_hadd_ps(fold256(c), fold256(d));
-	__m256 h = _mm256_hadd_ps(h01, h23);
-	return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/* e^x for x <= 0 (softmax after subtracting the max): Cephes expf's
- * polynomial on x - n*ln2, scaled by 2^n; relative error ~1e-7. */
-T_AVX512 static inline __m512 exp_nonpos16(__m512 x)
-{
-	x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-	__m512 y = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-	return _mm512_scalef_ps(y, n);
-}
-
-/* In place: s[i] = exp(s[i] - max(s)); returns the sum. */
-T_AVX512 static float softmax_unnorm_avx512(float *s, int n)
-{
-	__m512 mx = _mm512_set1_ps(-INFINITY);
-	int i = 0;
-	for (; i + 16 <= n; i += 16)
-		mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + i));
-	float m = _mm512_reduce_max_ps(mx);
-	for (int k = i; k < n; k++)
-		m = s[k] > m ? s[k] : m;
-	__m512 vm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
-	for (i = 0; i + 16 <= n; i += 16) {
-		__m512 e = exp_nonpos16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
-		_mm512_storeu_ps(s + i, e);
-		sum = _mm512_add_ps(sum, e);
-	}
-	if (i < n) {
-		__mmask16 k = (__mmask16)((1u << (n - i)) - 1);
-		__m512 e = exp_nonpos16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), vm));
-		_mm512_mask_storeu_ps(s + i, k, e);
-		sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
-	}
-	return _mm512_reduce_add_ps(sum);
-}
-
-/* out[g0..g0+GN)[c, c+64) = sum_t p[g][t] * V[t][c, c+64), each V chunk
- * loaded once for the GN heads; GN <= 4 is a literal at every call, so the
- * 4 x GN accumulators live in registers. */
-T_AVX512 static inline __attribute__((always_inline)) void
-pv_chunk(const struct kops_attn_args *a, const float *s, const float *inv, int g0, const int GN,
-	 int c)
-{
-	const int bs = a->block_size, n_ctx = a->n_ctx, is_f16 = a->kv_dtype == DT_F16;
-	const long row_stride = a->head_dim; /* contiguous keys within a block */
-	__m512 acc[4][4];
-#pragma GCC unroll 4
-	for (int g = 0; g < GN; g++)
-#pragma GCC unroll 4
-		for (int i = 0; i < 4; i++)
-			acc[g][i] = _mm512_setzero_ps();
-	for (int t0 = 0; t0 < n_ctx; t0 += bs) {
-		const int n = n_ctx - t0 < bs ? n_ctx - t0 : bs;
-		long off = kops_kv_offset(a->block_table[t0 / bs], 0, a->kv_head, a->n_kv_heads, bs,
-					  a->head_dim) + c;
-		for (int j = 0; j < n; j++, off += row_stride) {
-			__m512 v0 = load16(a->v_cache, off, is_f16);
-			__m512 v1 = load16(a->v_cache, off + 16, is_f16);
-			__m512 v2 = load16(a->v_cache, off + 32, is_f16);
-			__m512 v3 = load16(a->v_cache, off + 48, is_f16);
-#pragma GCC unroll 4
-			for (int g = 0; g < GN; g++) {
-				__m512 p = _mm512_set1_ps(s[(long)(g0 + g) * n_ctx + t0 + j]);
-				acc[g][0] = _mm512_fmadd_ps(p, v0, acc[g][0]);
-				acc[g][1] = _mm512_fmadd_ps(p, v1, acc[g][1]);
-				acc[g][2] = _mm512_fmadd_ps(p, v2, acc[g][2]);
-				acc[g][3] = _mm512_fmadd_ps(p, v3, acc[g][3]);
-			}
-		}
-	}
-#pragma GCC unroll 4
-	for (int g = 0; g < GN; g++) {
-		__m512 sc = _mm512_set1_ps(inv[g0 + g]); /* normalize once, not per key */
-		float *o = a->out + (long)(g0 + g) * a->head_dim + c;
-#pragma GCC unroll 4
-		for (int i = 0; i < 4; i++)
-			_mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(acc[g][i], sc));
-	}
-}
-
-T_AVX512 static void attn_group_avx512(const struct kops_attn_args *a, int n_q)
-{
-	const int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx;
-	const int is_f16 = a->kv_dtype == DT_F16;
-	const int nc = hd / 16;
-	float *s = a->scratch; /* [n_q][n_ctx] */
-	float inv[64];
-#define SLOT_OFF(t) kops_kv_offset(a->block_table[(t) / bs], (t) % bs, a->kv_head, a->n_kv_heads, bs, hd)
-	int t = 0;
-	for (; t + 4 <= n_ctx; t += 4) {
-		const long o0 = SLOT_OFF(t), o1 = SLOT_OFF(t + 1), o2 = SLOT_OFF(t + 2),
-			   o3 = SLOT_OFF(t + 3);
-		for (int g = 0; g < n_q; g++) {
-			const float *q = a->q + (long)g * hd;
-			__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-			for (int c = 0; c < nc; c++) {
-				__m512 qv = _mm512_loadu_ps(q + 16 * c);
-				s0 = _mm512_fmadd_ps(qv, load16(a->k_cache, o0 + 16 * c, is_f16), s0);
-				s1 = _mm512_fmadd_ps(qv, load16(a->k_cache, o1 + 16 * c, is_f16), s1);
-				s2 = _mm512_fmadd_ps(qv, load16(a->k_cache, o2 + 16 * c, is_f16), s2);
-				s3 = _mm512_fmadd_ps(qv, load16(a->k_cache, o3 + 16 * c, is_f16), s3);
-			}
-			__m128 r = _mm_mul_ps(reduce4(s0, s1, s2, s3), _mm_set1_ps(a->scale));
-			_mm_storeu_ps(s + (long)g * n_ctx + t, r);
-		}
-	}
-	for (; t < n_ctx; t++) {
-		const long o = SLOT_OFF(t);
-		for (int g = 0; g < n_q; g++) {
-			const float *q = a->q + (long)g * hd;
-			__m512 acc = _mm512_setzero_ps();
-			for (int c = 0; c < nc; c++)
-				acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c),
-						      load16(a->k_cache, o + 16 * c, is_f16), acc);
-			s[(long)g * n_ctx + t] = _mm512_reduce_add_ps(acc) * a->scale;
-		}
-	}
-	for (int g = 0; g < n_q; g++)
-		inv[g] = 1.0f / softmax_unnorm_avx512(s + (long)g * n_ctx, n_ctx);
-	for (int c = 0; c < hd; c += 64) {
-		int g = 0;
-		for (; g + 4 <= n_q; g += 4)
-			pv_chunk(a, s, inv, g, 4, c);
-		switch (n_q - g) {
-		case 3: pv_chunk(a, s, inv, g, 3, c); break;
-		case 2: pv_chunk(a, s, inv, g, 2, c); break;
-		case 1: pv_chunk(a, s, inv, g, 1, c); break;
-		default: break;
-		}
-	}
-#undef SLOT_OFF
-}
-#endif
-
-#if KOPS_X86
-/* The same kernel for AVX2 + FMA + F16C, for head_dim a multiple of 32:
- * 8-wide, the output built 32 floats at a time, two heads per pass (16 ymm
- * registers). */
+/* The group kernel for AVX2 + FMA + F16C, for head_dim a multiple of 32:
+ * scores four keys at a time, their K rows shared by the group's heads and
+ * the four horizontal sums done together; the output built 32 floats at a
+ * time over all keys, two heads per pass (16 ymm registers). Each head's
+ * arithmetic is the same whatever the group size. */
 T_AVX2 static inline __m256 load8(const void *base, long off, int is_f16)
 {
 	if (is_f16)
@@ -535,7 +361,7 @@ T_AVX2 static inline __m128 reduce4_256(__m256 a, __m256 b, __m256 c, __m256 d)
 	return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/* e^x for x <= 0, as exp_nonpos16; 2^n built in the exponent bits. */
+/* e^x for x <= 0, as kops__exp_nonpos16; 2^n built in the exponent bits. */
 T_AVX2 static inline __m256 exp_nonpos8(__m256 x)
 {
 	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
@@ -663,16 +489,14 @@ T_AVX2 static void attn_group_avx2(const struct kops_attn_args *a, int n_q)
 }
 #endif
 
-/* GQA: the K/V row of each position is loaded once (it stays in L1) for all
- * n_q query heads of the group; each head keeps its own scores and max. */
-void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
+/* One row's n_q <= KOPS__ATTN_MAX_Q heads without the AVX-512 kernel: AVX2,
+ * or plain loops over the dot/axpy primitives. GQA: the K/V row of each
+ * position is loaded once (it stays in L1) for all n_q heads; each head
+ * keeps its own scores and max. */
+static void attn_group_row(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
 {
 #if KOPS_X86
-	if (isa == KOPS_ISA_AVX512 && a->head_dim % 64 == 0 && n_q <= 64) {
-		attn_group_avx512(a, n_q);
-		return;
-	}
-	if (isa >= KOPS_ISA_AVX2 && a->head_dim % 32 == 0 && n_q <= 64) {
+	if (isa >= KOPS_ISA_AVX2 && a->head_dim % 32 == 0) {
 		attn_group_avx2(a, n_q);
 		return;
 	}
@@ -681,16 +505,7 @@ void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
 	const long row_stride = hd; /* one head's keys are contiguous in a block */
 	const int is_f16 = a->kv_dtype == DT_F16;
 	float *s = a->scratch; /* [n_q][n_ctx] */
-	float max[64], inv[64];
-	if (n_q > 64) { /* wider groups than any model has: one head at a time */
-		for (int g = 0; g < n_q; g++) {
-			struct kops_attn_args h = *a;
-			h.q = a->q + (long)g * hd;
-			h.out = a->out + (long)g * hd;
-			kops_attn_head(isa, &h);
-		}
-		return;
-	}
+	float max[KOPS__ATTN_MAX_Q], inv[KOPS__ATTN_MAX_Q];
 	for (int g = 0; g < n_q; g++)
 		max[g] = -INFINITY;
 	for (int t0 = 0; t0 < n_ctx; t0 += bs) {
@@ -735,6 +550,42 @@ void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
 	}
 }
 
+void kops_attn_rows(enum kops_isa isa, const struct kops_attn_args *a, int n_q, int n_rows,
+                    long q_stride, long out_stride)
+{
+	/* wider groups than any model has: KOPS__ATTN_MAX_Q heads at a time */
+	for (int g0 = 0; g0 < n_q; g0 += KOPS__ATTN_MAX_Q) {
+		const int n = n_q - g0 < KOPS__ATTN_MAX_Q ? n_q - g0 : KOPS__ATTN_MAX_Q;
+		struct kops_attn_args h = *a;
+		h.q = a->q + (long)g0 * a->head_dim;
+		h.out = a->out + (long)g0 * a->head_dim;
+#if KOPS_X86
+		if (isa == KOPS_ISA_AVX512 && kops__attn_avx512_takes(a->head_dim)) {
+			kops__attn_rows_avx512(&h, n, n_rows, q_stride, out_stride);
+			continue;
+		}
+#endif
+		for (int r = 0; r < n_rows; r++) {
+			struct kops_attn_args t = h;
+			t.q = h.q + r * q_stride;
+			t.out = h.out + r * out_stride;
+			t.n_ctx = h.n_ctx + r;
+			attn_group_row(isa, &t, n);
+		}
+	}
+}
+
+void kops_attn_group(enum kops_isa isa, const struct kops_attn_args *a, int n_q)
+{
+	kops_attn_rows(isa, a, n_q, 1, 0, 0);
+}
+
+size_t kops_attn_scratch_floats(int n_q, int max_ctx, int head_dim)
+{
+	return kops__attn_tile_scratch(n_q < KOPS__ATTN_MAX_Q ? n_q : KOPS__ATTN_MAX_Q, max_ctx,
+	                               head_dim);
+}
+
 /* ---- SwiGLU ------------------------------------------------------------------ */
 
 #if KOPS_X86
@@ -747,7 +598,7 @@ T_AVX512 static void silu_mul_avx512(float *out, const float *gate, const float 
 	for (; i < n; i += 16) {
 		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
 		__m512 g = _mm512_maskz_loadu_ps(k, gate + i), u = _mm512_maskz_loadu_ps(k, up + i);
-		__m512 e = exp_nonpos16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+		__m512 e = kops__exp_nonpos16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
 		__mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
 		__m512 num = _mm512_mask_blend_ps(neg, one, e);
 		__m512 sig = _mm512_div_ps(num, _mm512_add_ps(one, e));

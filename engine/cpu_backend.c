@@ -184,6 +184,27 @@ static int load_layers(struct cpu_backend *cb, enum dtype quant, struct diag *d)
 	return 0;
 }
 
+/* The KV pool: zeroed pages on first touch (a pool sized for the whole
+ * context costs only what sequences use), asking for transparent huge
+ * pages: decode reads every sequence's blocks, scattered over the pool,
+ * each step, and 4 KiB pages would make most of those reads TLB misses. */
+static void *kv_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+#if defined(MADV_HUGEPAGE)
+	(void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure changes nothing */
+#endif
+	return p;
+}
+
+static void kv_unmap(void *p, size_t bytes)
+{
+	if (p)
+		munmap(p, bytes);
+}
+
 static void cpu_free(struct backend *b)
 {
 	struct cpu_backend *cb = (struct cpu_backend *)b;
@@ -195,7 +216,7 @@ static void cpu_free(struct backend *b)
 	free(cb->owned);
 	free(cb->layers);
 	free(cb->inv_freq);
-	free(cb->kv);
+	kv_unmap(cb->kv, cb->kv_bytes);
 	free(cb->x);
 	free(cb->xn);
 	free(cb->q);
@@ -222,11 +243,12 @@ static int cpu_alloc_kv(struct backend *b, int n_blocks, int block_size, enum dt
 	    ck_mul(layer_bytes, (size_t)block_size, &layer_bytes) ||
 	    ck_mul(layer_bytes, 2 * (size_t)cb->cfg.n_layers, &total))
 		return ERR_OVERFLOW;
-	void *kv = calloc(1, total);
+	void *kv = kv_map(total);
 	if (!kv)
 		return ERR_NOMEM;
-	free(cb->kv);
+	kv_unmap(cb->kv, cb->kv_bytes);
 	cb->kv = kv;
+	cb->kv_bytes = total;
 	cb->kv_layer_bytes = layer_bytes;
 	cb->n_blocks = n_blocks;
 	cb->block_size = block_size;

@@ -42,7 +42,8 @@ struct cpu_backend {
 
 	/* KV pool: per layer, K then V, each n_blocks * block_size slots of
 	 * n_kv_heads * head_dim values in kv_dtype. */
-	void *kv;
+	void *kv;	       /* mmap'd, kv_bytes long */
+	size_t kv_bytes;
 	size_t kv_layer_bytes; /* one of K or V, one layer */
 	int n_blocks, block_size;
 	enum dtype kv_dtype;

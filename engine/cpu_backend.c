@@ -227,7 +227,6 @@ static void cpu_free(struct backend *b)
 	free(cb->gate);
 	free(cb->up);
 	free(cb->scratch);
-	free(cb->row_seq);
 	free(cb);
 }
 
@@ -322,8 +321,6 @@ static int alloc_activations(struct cpu_backend *cb, const struct engine_opts *o
 	cb->scratch_per_thread =
 	    attn_floats > (size_t)c->head_dim ? attn_floats : (size_t)c->head_dim;
 	cb->scratch = alloc_rows(cb->n_threads, (int64_t)cb->scratch_per_thread, &rc);
-	if (!rc && !(cb->row_seq = malloc((size_t)T * sizeof(int32_t))))
-		rc = ERR_NOMEM;
 	if (rc)
 		return diag_set(d, rc, "activation buffers for %d tokens: %s", T, err_str(rc));
 	return 0;

@@ -54,7 +54,6 @@ struct cpu_backend {
 	float *x, *xn, *q, *k, *v, *attn, *tmp, *gate, *up;
 	float *scratch; /* n_threads * scratch_per_thread */
 	size_t scratch_per_thread; /* kops_attn_scratch_floats(group, max_ctx, hd), >= hd */
-	int32_t *row_seq; /* (max_tokens) sequence index of each row */
 };
 
 int cpu_forward(struct backend *b, const struct engine_batch *batch, float *logits);

@@ -27,10 +27,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/pool.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/probe.h"
 
 static double now_s(void)
 {
@@ -54,59 +51,6 @@ static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
-}
-
-/* ---- FMA peak: independent FMAs in registers on every thread ------------------ */
-
-struct peak_probe {
-	long iters;
-	float sink[64];
-};
-
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) static void fma512(struct peak_probe *pp, int ith)
-{
-	__m512 a[16];
-	const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-	for (int i = 0; i < 16; i++)
-		a[i] = _mm512_set1_ps((float)i);
-	for (long it = 0; it < pp->iters; it++)
-#pragma GCC unroll 16
-		for (int i = 0; i < 16; i++)
-			a[i] = _mm512_fmadd_ps(a[i], b, c);
-	for (int i = 1; i < 16; i++)
-		a[0] = _mm512_add_ps(a[0], a[i]);
-	pp->sink[ith % 64] = _mm512_reduce_add_ps(a[0]);
-}
-#endif
-
-static void peak_fn(void *p, int ith, int nth)
-{
-	(void)nth;
-#if defined(__x86_64__)
-	fma512(p, ith);
-#else
-	(void)p;
-	(void)ith;
-#endif
-}
-
-/* GFLOP/s of the AVX-512 FMA loop on all threads (0 without AVX-512) */
-static double measure_peak(struct kpool *pool)
-{
-	if (kops_isa_detect() != KOPS_ISA_AVX512)
-		return 0;
-	struct peak_probe pp = {.iters = 2000000};
-	kpool_run(pool, peak_fn, &pp); /* warm up, let the clock ramp */
-	double best = 0;
-	for (int r = 0; r < 3; r++) {
-		double t0 = now_s();
-		kpool_run(pool, peak_fn, &pp);
-		double t = now_s() - t0;
-		double f = 16.0 * 16 * 2 * (double)pp.iters * kpool_size(pool) / t;
-		best = f > best ? f : best;
-	}
-	return best / 1e9;
 }
 
 /* ---- the attention job --------------------------------------------------------- */
@@ -359,7 +303,7 @@ int main(int argc, char **argv)
 	struct kpool *pool;
 	if (kpool_create(threads, &pool))
 		return 1;
-	double peak = measure_peak(pool);
+	double peak = kcpu_probe_fma_gflops(pool);
 	printf("bench_attn: %d threads, isa %s, FMA peak %.1f GFLOP/s; %d/%d heads, blocks of %d\n",
 	       kpool_size(pool), kops_isa_name(kops_isa_detect()), peak, N_HEADS, N_KV, BS);
 	const enum dtype dts[] = {DT_F16, DT_F32};

@@ -499,10 +499,11 @@ struct fp_call {
 	const float *x;
 	int m;
 	float *y;
-	float *xt;	/* X transposed in chunks of 16 rows: xt[(chunk*cols + k)*16 + r] */
+	float *xt;	/* X transposed in chunks of cr rows: xt[(chunk*cols + k)*cr + r] */
+	int cr;
 	size_t panel_bytes;
 	int64_t kc;	/* k per pass */
-	int64_t xblock; /* X rows per pass over the panels (a multiple of 16) */
+	int64_t xblock; /* X rows per pass over the panels (a multiple of cr) */
 };
 
 /* Threads split k, so each writes whole lines of xt. */
@@ -512,12 +513,12 @@ static void fp_transpose_worker(void *p, int ith, int nth)
 	const int64_t cols = c->w->cols;
 	long k0, k1;
 	kpool_split((long)cols, ith, nth, &k0, &k1);
-	for (int64_t j0 = 0; j0 < c->m; j0 += MM_Q8P_MR) {
-		const int nr = (int)(c->m - j0 < MM_Q8P_MR ? c->m - j0 : MM_Q8P_MR);
-		float *o = c->xt + j0 * cols; /* chunk j0 / 16 */
+	for (int64_t j0 = 0; j0 < c->m; j0 += c->cr) {
+		const int nr = (int)(c->m - j0 < c->cr ? c->m - j0 : c->cr);
+		float *o = c->xt + j0 * cols; /* chunk j0 / cr */
 		for (long k = k0; k < k1; k++)
 			for (int r = 0; r < nr; r++)
-				o[k * MM_Q8P_MR + r] = c->x[(j0 + r) * cols + k];
+				o[k * c->cr + r] = c->x[(j0 + r) * cols + k];
 	}
 }
 
@@ -537,7 +538,7 @@ static void fp_call_tile(const struct fp_call *c, long pi, int np, int64_t j0, i
 		rs[r - r0] = r < rows ? mm_row_scale(w, r) * 256.0f : 0.0f;
 	c->k->gemm_fp(np, mr, w->dtype, (const uint8_t *)w->packed + (size_t)pi * c->panel_bytes,
 		      c->panel_bytes, k0, k1,
-		      c->xt + (j0 / MM_Q8P_MR * MM_Q8P_MR) * cols + k0 * MM_Q8P_MR + j0 % MM_Q8P_MR,
+		      c->xt + (j0 / c->cr * c->cr) * cols + k0 * c->cr + j0 % c->cr, c->cr,
 		      c->y + j0 * rows + r0, rows, nv, k0 > 0, scaled ? rs : NULL);
 }
 
@@ -578,7 +579,8 @@ static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const s
 			 const float *x, int m, float *y)
 {
 	struct fp_call c = { .k = k, .w = w, .x = x, .m = m, .y = y };
-	const size_t n_rows = ((size_t)m + MM_Q8P_MR - 1) / MM_Q8P_MR * MM_Q8P_MR;
+	c.cr = m <= MM_Q8P_MR ? MM_Q8P_MR : MM_FP_PREFILL_CHUNK;
+	const size_t n_rows = ((size_t)m + (size_t)c.cr - 1) / (size_t)c.cr * (size_t)c.cr;
 	size_t xt_bytes;
 	int rc = ck_mul(n_rows * sizeof(float), (size_t)w->cols, &xt_bytes);
 	if (!rc)
@@ -590,10 +592,9 @@ static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const s
 	/* decode (one chunk): whole rows per pass; else MM_FP_KC and blocks of
 	 * X that fit in L2 */
 	c.kc = m <= MM_Q8P_MR ? w->cols : MM_FP_KC;
-	c.xblock = (int64_t)(MM_XBLOCK_BYTES / ((size_t)MM_FP_KC * sizeof(float))) / MM_Q8P_MR *
-		   MM_Q8P_MR;
-	if (c.xblock < MM_Q8P_MR)
-		c.xblock = MM_Q8P_MR;
+	c.xblock = (int64_t)(MM_XBLOCK_BYTES / ((size_t)MM_FP_KC * sizeof(float))) / c.cr * c.cr;
+	if (c.xblock < c.cr)
+		c.xblock = c.cr;
 	kpool_run(pool, fp_transpose_worker, &c);
 	kpool_run(pool, fp_worker, &c);
 	return 0;

@@ -981,12 +981,12 @@ INLINE512 __m512 load_panel_k(const enum dtype T, const uint8_t *p)
  * value broadcast into NP FMAs; one accumulator per (panel, X row), one
  * FMA per k in k order. */
 INLINE512 void fp_tile(const enum dtype T, const int NP, const int MR, const uint8_t *panel,
-		       size_t pbytes, int64_t k0, int64_t k1, const float *xt, float *y, int64_t ldy,
-		       int nv, int acc_in, const float *rs)
+		       size_t pbytes, int64_t k0, int64_t k1, const float *xt, int ldxt, float *y,
+		       int64_t ldy, int nv, int acc_in, const float *rs)
 {
 	const size_t es = T == DT_F8_E4M3 ? 1 : 2;
 	const __mmask16 mlast = nv >= 16 ? (__mmask16)0xFFFF : low_mask16(nv);
-	__m512 acc[4][MM_Q8P_MR];
+	__m512 acc[4][MM_FP_PREFILL_MR > MM_Q8P_MR ? MM_FP_PREFILL_MR : MM_Q8P_MR];
 #pragma GCC unroll 4
 	for (int p = 0; p < NP; p++) {
 		const __mmask16 mk = p == NP - 1 ? mlast : (__mmask16)0xFFFF;
@@ -1010,7 +1010,7 @@ INLINE512 void fp_tile(const enum dtype T, const int NP, const int MR, const uin
 #pragma GCC unroll 4
 		for (int p = 0; p < NP; p++)
 			wv[p] = load_panel_k(T, pk + (size_t)p * pbytes);
-		const float *xk = xt + (k - k0) * 16;
+		const float *xk = xt + (k - k0) * ldxt;
 #pragma GCC unroll 16
 		for (int i = 0; i < MR; i++) {
 			const __m512 xb = _mm512_set1_ps(xk[i]);
@@ -1030,10 +1030,11 @@ INLINE512 void fp_tile(const enum dtype T, const int NP, const int MR, const uin
 	}
 }
 
-#define FP_ARGS panel, pbytes, k0, k1, xt, y, ldy, nv, acc_in, rs
+#define FP_ARGS panel, pbytes, k0, k1, xt, ldxt, y, ldy, nv, acc_in, rs
 #define FP_CASE(T, NP, n) \
 	case n: fp_tile(T, NP, n, FP_ARGS); break
-/* np panels x mr rows, np * mr <= 16 (the accumulators fit in registers) */
+/* np panels x mr rows, np * mr <= 16 or np = 2 and mr <= MM_FP_PREFILL_MR
+ * (the accumulators fit in registers) */
 #define FP_SWITCH(T)                                                            \
 	if (np == 4) {                                                          \
 		switch (mr) {                                                   \
@@ -1045,7 +1046,8 @@ INLINE512 void fp_tile(const enum dtype T, const int NP, const int MR, const uin
 		switch (mr) {                                                   \
 		FP_CASE(T, 2, 1); FP_CASE(T, 2, 2); FP_CASE(T, 2, 3);           \
 		FP_CASE(T, 2, 4); FP_CASE(T, 2, 5); FP_CASE(T, 2, 6);           \
-		FP_CASE(T, 2, 7); FP_CASE(T, 2, 8);                             \
+		FP_CASE(T, 2, 7); FP_CASE(T, 2, 8); FP_CASE(T, 2, 9);           \
+		FP_CASE(T, 2, 10); FP_CASE(T, 2, 11); FP_CASE(T, 2, 12);        \
 		default: break;                                                 \
 		}                                                               \
 	} else {                                                                \
@@ -1061,8 +1063,8 @@ INLINE512 void fp_tile(const enum dtype T, const int NP, const int MR, const uin
 	}
 
 T512 static void gemm_fp_avx512(int np, int mr, enum dtype t, const uint8_t *panel,
-				size_t pbytes, int64_t k0, int64_t k1, const float *xt, float *y,
-				int64_t ldy, int nv, int acc_in, const float *rs)
+				size_t pbytes, int64_t k0, int64_t k1, const float *xt, int ldxt,
+				float *y, int64_t ldy, int nv, int acc_in, const float *rs)
 {
 	switch (t) {
 	case DT_F16: FP_SWITCH(DT_F16) break;
@@ -1071,6 +1073,7 @@ T512 static void gemm_fp_avx512(int np, int mr, enum dtype t, const uint8_t *pan
 	}
 }
 
+_Static_assert(MM_FP_PREFILL_MR <= 12, "fp_tile: 2 x MM_FP_PREFILL_MR accumulators + 2 weights");
 _Static_assert(MM_Q8P_MR == 16 && MM_Q8P_ROWS == 16, "gemm_q8p_avx512: one zmm per X row");
 
 /* ---- Q8_0 with AMX tiles (batched decode) ----------------------------------- */

@@ -105,16 +105,17 @@ struct mm_kernels {
 			 int nv);
 	/* F16 / BF16 / F8_E4M3 repacked by kcpu_pack (NULL when the path has
 	 * none): np consecutive panels (1, 2 or 4), panel_bytes apart, against
-	 * mr X rows (np * mr <= 16) of a transposed X chunk, for k in [k0, k1):
-	 * xt[(k - k0)*16 + i] = X[row i][k]. Each weight is converted once and
+	 * mr X rows (np * mr <= 16, or np = 2 and mr <= MM_FP_PREFILL_MR) of a
+	 * transposed X chunk, for k in [k0, k1): xt[(k - k0)*ldxt + i] =
+	 * X[row i][k]. Each weight is converted once and
 	 * multiplied into every X row by one FMA; y[i*ldy + p*16 + c] (c < 16,
 	 * or < nv in the last panel) starts from 0 or, with acc_in, from y, and
 	 * takes one F32 FMA per k in k order (whatever m, np or mr: batch
 	 * invariant); with rs (F8: row scale * 256 per output row of the np
 	 * panels) the result is multiplied by it before it is stored. */
 	void (*gemm_fp)(int np, int mr, enum dtype t, const uint8_t *panel, size_t panel_bytes,
-			int64_t k0, int64_t k1, const float *xt, float *y, int64_t ldy, int nv,
-			int acc_in, const float *rs);
+			int64_t k0, int64_t k1, const float *xt, int ldxt, float *y, int64_t ldy,
+			int nv, int acc_in, const float *rs);
 	void (*gemm_q8_amx)(const struct kmat *w, int64_t r0, int64_t nrows, const int8_t *xt,
 			    const float *xdt, int m, float *y, int64_t ldy);
 };
@@ -136,12 +137,15 @@ struct mm_kernels {
 #define MM_I8P_MAX_K 65536
 /* Float panels (F16, BF16, F8_E4M3): for each k the 16 rows' values,
  * row-major within the k: element (k, c) of a panel at (k*16 + c) * size.
- * Decode (up to 16 X rows) takes mm_fp_panels(mr) panels per call (at
- * least ~16 independent FMA chains, each weight line loaded once); more X
- * rows go 8 at a time against 2 panels (half the broadcast loads of 16 x 1)
- * with k in passes of MM_FP_KC. */
+ * Decode (up to 16 X rows, X transposed in one chunk of 16) takes
+ * mm_fp_panels(mr) panels per call (at least ~16 independent FMA chains,
+ * each weight line loaded once); more X rows are transposed in chunks of
+ * MM_FP_PREFILL_CHUNK and go MM_FP_PREFILL_MR at a time against 2 panels
+ * (24 accumulators: a conversion per 12 FMAs and a broadcast per 2), with
+ * k in passes of MM_FP_KC. */
 #define MM_FP_KC 256
-#define MM_FP_PREFILL_MR 8
+#define MM_FP_PREFILL_MR 12
+#define MM_FP_PREFILL_CHUNK 24
 static inline int mm_fp_panels(int mr)
 {
 	return mr <= 4 ? 4 : mr <= 8 ? 2 : 1;

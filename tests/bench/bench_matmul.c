@@ -6,9 +6,10 @@
  *     FMA peak and the int8 dot peak (vpdpbusd: 64 MACs per instruction,
  *     counted as 128 ops);
  *   - kcpu_matmul on the shapes of a 2048-hidden, 8-KV-head, 8192-FFN,
- *     32000-vocab model, F16, Q8_0 as the file lays it out and Q8_0 repacked
- *     (kcpu_pack, as the CPU backend does on AVX-512 without AMX), at
- *     m = 1 (GB/s of weight bytes read,
+ *     32000-vocab model, F16 and Q8_0, each as the file lays it out and
+ *     repacked (kcpu_pack, as the CPU backend does on AVX-512; for Q8_0 not
+ *     where AMX tiles read the blocks in place), at m = 1 (GB/s of weight
+ *     bytes read,
  *     vs triad and read bandwidth), m = 16 (speed-up in tokens/s over m = 1)
  *     and m = 512 (GFLOP/s vs the FMA peak for F16, vs the int8 dot peak for
  *     Q8_0);
@@ -194,10 +195,10 @@ int main(int argc, char **argv)
 	printf("peaks (register-only loops, all threads): FMA %.1f GFLOP/s, int8 dot (vpdpbusd, 1 MAC = 2 ops) %.1f GOP/s\n",
 	       fma_peak / 1e9, dot_peak / 1e9);
 
-	/* Q8_0 twice: as the file lays it out, then with the kcpu_pack copy
+	/* each twice: as the file lays it out, then with the kcpu_pack copy
 	 * the CPU backend makes at load where kcpu_pack_wanted says so */
-	const enum dtype dts[] = { DT_F16, DT_Q8_0, DT_Q8_0 };
-	const int pack[] = { 0, 0, 1 };
+	const enum dtype dts[] = { DT_F16, DT_F16, DT_Q8_0, DT_Q8_0 };
+	const int pack[] = { 0, 1, 0, 1 };
 	const int max_m = 512;
 	float *x = malloc((size_t)max_m * 8192 * sizeof(float));
 	float *y = malloc((size_t)max_m * 32000 * sizeof(float));
@@ -205,7 +206,7 @@ int main(int argc, char **argv)
 		return 1;
 	for (size_t i = 0; i < (size_t)max_m * 8192; i++)
 		x[i] = frand();
-	for (int di = 0; di < 3; di++) {
+	for (int di = 0; di < 4; di++) {
 		const enum dtype t = dts[di];
 		if (pack[di] && isa != KCPU_ISA_AVX512)
 			continue;

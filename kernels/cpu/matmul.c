@@ -366,22 +366,27 @@ struct pk_call {
 	int64_t xblock; /* X rows per pass over the panels (a multiple of 16) */
 };
 
-/* Q8_0: each block quantized into its place in the chunk layout. */
-static void pk_quantize_q8(const struct pk_call *c, long j)
+/* Q8_0: the row quantized into row (nb * 32 bytes of thread scratch, then
+ * nb scales), then each block copied into its place in the chunk layout
+ * with its scale and correction. */
+static void pk_quantize_q8(const struct pk_call *c, long j, int8_t *row)
 {
 	const int64_t nb = c->nb;
 	const int64_t at = (j / MM_Q8P_MR) * nb * MM_Q8P_MR + j % MM_Q8P_MR;
+	const float *x = c->x + j * c->w->cols;
+	float *d = (float *)(void *)(row + nb * Q8_0_BLOCK);
+	if (c->k->quant_act)
+		c->k->quant_act(x, nb * Q8_0_BLOCK, row, d, 1);
+	else
+		kcpu_quantize_act_q8_0(x, nb * Q8_0_BLOCK, row, d);
 	for (int64_t b = 0; b < nb; b++) {
 		const int64_t i = at + b * MM_Q8P_MR;
-		int8_t *q = c->xq + i * Q8_0_BLOCK;
-		const float *xb = c->x + j * c->w->cols + b * Q8_0_BLOCK;
-		if (c->k->quant_act)
-			c->k->quant_act(xb, Q8_0_BLOCK, q, c->xd + i, 1);
-		else
-			kcpu_quantize_act_q8_0(xb, Q8_0_BLOCK, q, c->xd + i);
+		const int8_t *q = row + b * Q8_0_BLOCK;
 		int32_t sum = 0;
 		for (int k = 0; k < Q8_0_BLOCK; k++)
 			sum += q[k];
+		memcpy(c->xq + i * Q8_0_BLOCK, q, Q8_0_BLOCK);
+		c->xd[i] = d[b];
 		c->xc[i] = -128 * sum;
 	}
 }
@@ -415,7 +420,7 @@ static void pk_quantize_worker(void *p, int ith, int nth)
 	kpool_split(c->m, ith, nth, &j0, &j1);
 	for (long j = j0; j < j1; j++) {
 		if (c->w->dtype == DT_Q8_0)
-			pk_quantize_q8(c, j);
+			pk_quantize_q8(c, j, kpool_scratch(c->pool, ith));
 		else
 			pk_quantize_i8(c, j, kpool_scratch(c->pool, ith));
 	}
@@ -476,8 +481,8 @@ static int run_packed(struct kpool *pool, const struct mm_kernels *k, const stru
 		rc = ck_mul(w->dtype == DT_Q8_0 ? n_blocks : n_rows, sizeof(float), &f_bytes);
 	if (!rc)
 		rc = ck_add(q_bytes, 2 * f_bytes, &shared);
-	if (!rc) /* I8: one quantized row per thread */
-		rc = kpool_reserve(pool, w->dtype == DT_I8 ? (size_t)c.nb * Q8_0_BLOCK : 0, shared);
+	if (!rc) /* one quantized row per thread (Q8_0: and its scales) */
+		rc = kpool_reserve(pool, (size_t)c.nb * (Q8_0_BLOCK + sizeof(float)), shared);
 	if (rc)
 		return rc;
 	c.xq = kpool_shared(pool);

@@ -22,6 +22,7 @@
 
 #include "common/err.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_impl.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
 
@@ -445,6 +446,52 @@ START_TEST(test_packed_batch_bits)
 }
 END_TEST
 
+/* Every ISA's activation quantizer (matmul_impl.h: quant_act) gives the
+ * bits of quant.c's, per 32-block and per row: row lengths that take the
+ * 16-block batches and the tail, zeros, NaN, infinities, huge and tiny
+ * values. */
+START_TEST(test_quant_act_bits)
+{
+	const struct mm_kernels *ks[] = { mm_kernels_scalar(), mm_kernels_avx2(),
+					  mm_kernels_avx512() };
+	const enum kcpu_isa isas[] = { KCPU_ISA_SCALAR, KCPU_ISA_AVX2, KCPU_ISA_AVX512 };
+	static const int64_t ns[] = { 32, 64, 480, 512, 544, 1024, 2048 + 96 };
+	float x[2048 + 96], d1[80], d2[80];
+	int8_t q1[2048 + 96], q2[2048 + 96];
+	int bad = 0, runs = 0;
+	for (size_t ki = 0; ki < 3; ki++) {
+		if (!ks[ki] || !ks[ki]->quant_act || !kcpu_isa_supported(isas[ki]))
+			continue;
+		for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+			for (int pass = 0; pass < 4; pass++) {
+				const int64_t n = ns[ni];
+				for (int64_t i = 0; i < n; i++)
+					x[i] = frand() * (pass == 1 ? 1e30f : pass == 2 ? 1e-30f : 3.0f);
+				if (pass == 3) { /* specials, and whole zero blocks */
+					x[5] = NAN;
+					x[40 % n] = INFINITY;
+					x[n - 1] = -INFINITY;
+					for (int64_t i = 64; i < 96 && i < n; i++)
+						x[i] = 0.0f;
+				}
+				for (int per_block = 0; per_block < 2; per_block++) {
+					const int64_t nd = per_block ? n / 32 : 1;
+					if (per_block)
+						kcpu_quantize_act_q8_0(x, n, q1, d1);
+					else
+						kcpu_quantize_act_i8(x, n, q1, d1);
+					ks[ki]->quant_act(x, n, q2, d2, per_block);
+					bad += memcmp(q1, q2, (size_t)n) != 0;
+					bad += memcmp(d1, d2, (size_t)nd * sizeof(float)) != 0;
+					runs++;
+				}
+			}
+	}
+	ck_assert_int_gt(runs, 0);
+	ck_assert_msg(bad == 0, "%d quantizations differ from quant.c", bad);
+}
+END_TEST
+
 static Suite *matmul_suite(void)
 {
 	Suite *s = suite_create("matmul");
@@ -453,6 +500,7 @@ static Suite *matmul_suite(void)
 	tcase_add_loop_test(tc, test_sweep, 0, (int)(sizeof cases / sizeof *cases));
 	tcase_add_test(tc, test_q8_batched_bits);
 	tcase_add_test(tc, test_packed_batch_bits);
+	tcase_add_test(tc, test_quant_act_bits);
 	tcase_add_test(tc, test_entry_points);
 	tcase_add_test(tc, test_bad_args);
 	suite_add_tcase(s, tc);

@@ -504,7 +504,8 @@ struct fp_call {
 	const float *x;
 	int m;
 	float *y;
-	float *xt;	/* X transposed in chunks of cr rows: xt[(chunk*cols + k)*cr + r] */
+	float *xt;	/* X transposed in chunks of cr rows: xt[(chunk*cols + k)*cr + r];
+			 * with m = 1 that is x, which the kernels only read */
 	int cr;
 	size_t panel_bytes;
 	int64_t kc;	/* k per pass */
@@ -584,7 +585,9 @@ static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const s
 			 const float *x, int m, float *y)
 {
 	struct fp_call c = { .k = k, .w = w, .x = x, .m = m, .y = y };
-	c.cr = m <= MM_Q8P_MR ? MM_Q8P_MR : MM_FP_PREFILL_CHUNK;
+	/* decode: one chunk of exactly m rows (m = 1 reads x itself), so the
+	 * kernel's broadcasts read m floats per k, not a line of 16 */
+	c.cr = m <= MM_Q8P_MR ? m : MM_FP_PREFILL_CHUNK;
 	const size_t n_rows = ((size_t)m + (size_t)c.cr - 1) / (size_t)c.cr * (size_t)c.cr;
 	size_t xt_bytes;
 	int rc = ck_mul(n_rows * sizeof(float), (size_t)w->cols, &xt_bytes);
@@ -592,7 +595,7 @@ static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const s
 		rc = kpool_reserve(pool, 0, xt_bytes);
 	if (rc)
 		return rc;
-	c.xt = kpool_shared(pool);
+	c.xt = m == 1 ? (float *)(uintptr_t)x : kpool_shared(pool);
 	c.panel_bytes = (size_t)w->cols * MM_Q8P_ROWS * (w->dtype == DT_F8_E4M3 ? 1 : 2);
 	/* decode (one chunk): whole rows per pass; else MM_FP_KC and blocks of
 	 * X that fit in L2 */
@@ -600,7 +603,8 @@ static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const s
 	c.xblock = (int64_t)(MM_XBLOCK_BYTES / ((size_t)MM_FP_KC * sizeof(float))) / c.cr * c.cr;
 	if (c.xblock < c.cr)
 		c.xblock = c.cr;
-	kpool_run(pool, fp_transpose_worker, &c);
+	if (m > 1)
+		kpool_run(pool, fp_transpose_worker, &c);
 	kpool_run(pool, fp_worker, &c);
 	return 0;
 }

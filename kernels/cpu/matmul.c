@@ -500,6 +500,7 @@ static int run_packed(struct kpool *pool, const struct mm_kernels *k, const stru
 
 struct fp_call {
 	const struct mm_kernels *k;
+	struct kpool *pool;
 	const struct kmat *w;
 	const float *x;
 	int m;
@@ -529,9 +530,10 @@ static void fp_transpose_worker(void *p, int ith, int nth)
 }
 
 /* One call of the kernel: panels [pi, pi + np) against X rows [j0, j0 + mr)
- * for k in [k0, k1). */
+ * for k in [k0, k1); from conv when given (F8: those panels' lines k0 ..
+ * k1-1 as F16, f8_panel_f16), else from the packed weights. */
 static void fp_call_tile(const struct fp_call *c, long pi, int np, int64_t j0, int mr,
-			 int64_t k0, int64_t k1)
+			 int64_t k0, int64_t k1, const uint16_t *conv)
 {
 	const struct kmat *w = c->w;
 	const int64_t rows = w->rows, cols = w->cols;
@@ -542,8 +544,11 @@ static void fp_call_tile(const struct fp_call *c, long pi, int np, int64_t j0, i
 	const bool scaled = w->dtype == DT_F8_E4M3 && k1 == cols;
 	for (int64_t r = r0; scaled && r < r_end; r++)
 		rs[r - r0] = r < rows ? mm_row_scale(w, r) * 256.0f : 0.0f;
-	c->k->gemm_fp(np, mr, w->dtype, (const uint8_t *)w->packed + (size_t)pi * c->panel_bytes,
-		      c->panel_bytes, k0, k1,
+	const uint8_t *panel = conv ? (const uint8_t *)conv
+				    : (const uint8_t *)w->packed + (size_t)pi * c->panel_bytes;
+	const size_t pbytes = conv ? (size_t)c->kc * MM_Q8P_ROWS * 2 : c->panel_bytes;
+	c->k->gemm_fp(np, mr, conv ? DT_F16 : w->dtype, panel, pbytes, conv ? 0 : k0,
+		      conv ? k1 - k0 : k1,
 		      c->xt + (j0 / c->cr * c->cr) * cols + k0 * c->cr + j0 % c->cr, c->cr,
 		      c->y + j0 * rows + r0, rows, nv, k0 > 0, scaled ? rs : NULL);
 }
@@ -566,17 +571,27 @@ static void fp_worker(void *p, int ith, int nth)
 				const int mr = (int)(b1 - b0), np = mm_fp_panels(mr);
 				for (long pi = p0; pi < p1;) {
 					const int n = p1 - pi >= np ? np : 1;
-					fp_call_tile(c, pi, n, b0, mr, k0, k1);
+					fp_call_tile(c, pi, n, b0, mr, k0, k1, NULL);
 					pi += n;
 				}
 				continue;
 			}
-			for (long pi = p0; pi < p1; pi += 2)
+			/* F8: the two panels' lines of this pass as F16 once, for
+			 * every row of the block */
+			uint16_t *conv = c->w->dtype == DT_F8_E4M3 ? kpool_scratch(c->pool, ith) : NULL;
+			for (long pi = p0; pi < p1; pi += 2) {
+				const int np = p1 - pi >= 2 ? 2 : 1;
+				for (int q = 0; conv && q < np; q++)
+					c->k->f8_panel_f16((const uint8_t *)c->w->packed +
+								   (size_t)(pi + q) * c->panel_bytes +
+								   (size_t)k0 * MM_Q8P_ROWS,
+							   k1 - k0, conv + (size_t)q * (size_t)c->kc * MM_Q8P_ROWS);
 				for (int64_t j0 = b0; j0 < b1; j0 += MM_FP_PREFILL_MR)
-					fp_call_tile(c, pi, p1 - pi >= 2 ? 2 : 1, j0,
+					fp_call_tile(c, pi, np, j0,
 						     (int)(b1 - j0 < MM_FP_PREFILL_MR ? b1 - j0
 										: MM_FP_PREFILL_MR),
-						     k0, k1);
+						     k0, k1, conv);
+			}
 		}
 	}
 }
@@ -591,10 +606,11 @@ static int run_packed_fp(struct kpool *pool, const struct mm_kernels *k, const s
 	const size_t n_rows = ((size_t)m + (size_t)c.cr - 1) / (size_t)c.cr * (size_t)c.cr;
 	size_t xt_bytes;
 	int rc = ck_mul(n_rows * sizeof(float), (size_t)w->cols, &xt_bytes);
-	if (!rc)
-		rc = kpool_reserve(pool, 0, xt_bytes);
+	if (!rc) /* per thread (F8 prefill): two panels' lines of one pass as F16 */
+		rc = kpool_reserve(pool, 2 * (size_t)MM_FP_KC * MM_Q8P_ROWS * 2, xt_bytes);
 	if (rc)
 		return rc;
+	c.pool = pool;
 	c.xt = m == 1 ? (float *)(uintptr_t)x : kpool_shared(pool);
 	c.panel_bytes = (size_t)w->cols * MM_Q8P_ROWS * (w->dtype == DT_F8_E4M3 ? 1 : 2);
 	/* decode (one chunk): whole rows per pass; else MM_FP_KC and blocks of
@@ -788,7 +804,7 @@ static int run(struct kpool *pool, const struct mm_call *proto)
 	c.pool = pool;
 	const struct kmat *w = c.w;
 	const bool fp_packed = w->dtype == DT_F16 || w->dtype == DT_BF16 ||
-			       w->dtype == DT_F8_E4M3;
+			       (w->dtype == DT_F8_E4M3 && c.k->f8_panel_f16);
 	if (w->packed && ((w->dtype == DT_Q8_0 && c.k->gemm_q8p) ||
 			  (w->dtype == DT_I8 && c.k->gemm_i8p && w->cols <= MM_I8P_MAX_K) ||
 			  (fp_packed && c.k->gemm_fp))) {

@@ -1018,6 +1018,16 @@ INLINE512 __m512 load_panel_k(const enum dtype T, const uint8_t *p)
 	}
 }
 
+/* Lines [0, nk) of an F8 panel as F16 bits (times 2^-8), for prefill:
+ * the bit shuffling then happens once for every X row of a block and the
+ * kernel reads an F16 panel (the same F32 values, so the same bits). */
+T512 static void f8_panel_f16_avx512(const uint8_t *src, int64_t nk, uint16_t *dst)
+{
+	for (int64_t k = 0; k < nk; k++)
+		_mm256_store_si256((__m256i *)(void *)(dst + 16 * k),
+				   f8_to_f16_bits(_mm_load_si128((const void *)(src + 16 * k))));
+}
+
 /* NP panels x MR X rows: each k's 16 x NP weights converted once, each X
  * value broadcast into NP FMAs; one accumulator per (panel, X row), one
  * FMA per k in k order. */
@@ -1273,6 +1283,7 @@ static const struct mm_kernels avx512_kernels = {
 	.gemm_q8p = gemm_q8p_avx512,
 	.gemm_i8p = gemm_i8p_avx512,
 	.gemm_fp = gemm_fp_avx512,
+	.f8_panel_f16 = f8_panel_f16_avx512,
 };
 
 const struct mm_kernels *mm_kernels_avx512(void)

@@ -116,6 +116,10 @@ struct mm_kernels {
 	void (*gemm_fp)(int np, int mr, enum dtype t, const uint8_t *panel, size_t panel_bytes,
 			int64_t k0, int64_t k1, const float *xt, int ldxt, float *y, int64_t ldy,
 			int nv, int acc_in, const float *rs);
+	/* Lines [0, nk) of an F8_E4M3 panel as the F16 bits gemm_fp converts
+	 * them to (times 2^-8), into dst (16 * nk, 32-byte aligned): prefill
+	 * runs gemm_fp on that as an F16 panel, the same values. */
+	void (*f8_panel_f16)(const uint8_t *src, int64_t nk, uint16_t *dst);
 	void (*gemm_q8_amx)(const struct kmat *w, int64_t r0, int64_t nrows, const int8_t *xt,
 			    const float *xdt, int m, float *y, int64_t ldy);
 };

@@ -23,7 +23,11 @@
  *   prefill kernel); x += attn Wo (the residual add is the GEMM's beta = 1);
  *   xn = rmsnorm(x); gu = xn Wgu; act = silu(g) * u; x += act Wdown;
  * then the final norm of the rows that need logits, the LM head, and one copy
- * of the logits to the host. Pure-decode steps of up to GRAPH_MAX sequences
+ * of the logits to the host. Where a projection runs as a GEMV (few rows),
+ * the norm after it (the next layer's input norm after down) and SwiGLU are
+ * its epilogue (k_gemv_epi), and decode attention merges its own splits:
+ * six launches a layer instead of ten, with the same bits
+ * (AORTA_CUDA_FUSION=0 turns it off, for the benchmark's A/B). Pure-decode steps of up to GRAPH_MAX sequences
  * are captured once per padded batch size into a CUDA graph and replayed
  * (padding rows write no KV: slot -1). Everything runs on one stream; forward
  * returns after the logits are on the host.
@@ -67,6 +71,7 @@
 #define GEMV16_MAX_T 2
 #define W8_GEMV_MAX_T 4
 #define Q8_GEMV_MAX_T 16
+#define GEMV_COUNTERS 8 /* k_gemv_epi's, one per 8 rows: >= Q8_GEMV_MAX_T / 8 */
 
 /* A projection on the device: W [n, k] row-major in dt; 8-bit types carry
  * one F32 scale per output row (per-tensor scales are expanded at upload). */
@@ -130,6 +135,14 @@ struct cuda_backend {
 
 	void *graphs[N_GRAPH_SIZES];
 	bool graphs_ok; /* capture failed once: stay eager */
+
+	/* Fusion (on unless AORTA_CUDA_FUSION=0, the A/B switch of the GPU
+	 * benchmark): few-row projections end in the next RMSNorm or the SwiGLU
+	 * (k_gemv_epi) and the decode attention merges its own splits; each is
+	 * one launch fewer a layer, with the same bits. The counters those
+	 * kernels count their CTAs in: zero between launches. */
+	bool fuse;
+	unsigned *gemv_cnt, *attn_cnt;
 
 	/* device sampling: inputs and outputs, grown on demand (never inside a
 	 * capture: sampling runs after the graph) */
@@ -483,6 +496,8 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	    (rc = dalloc(cb, T * F * 2, &cb->act)) || (rc = dalloc(cb, T * kmax, &cb->xq)) ||
 	    (rc = dalloc(cb, T * 4, (void **)&cb->xq_scale)) ||
 	    (rc = dalloc(cb, cb->attn_ws_bytes, &cb->attn_ws)) ||
+	    (rc = dalloc(cb, GEMV_COUNTERS * 4, (void **)&cb->gemv_cnt)) ||
+	    (rc = dalloc(cb, dec_rows * (size_t)c->n_heads * 4, (void **)&cb->attn_cnt)) ||
 	    (cb->wscratch_bytes && (rc = dalloc(cb, cb->wscratch_bytes, &cb->wscratch))) ||
 	    (rc = dalloc(cb, m->total * 4, (void **)&cb->d_meta)))
 		return dev_error(d, rc, "activation buffers");
@@ -490,6 +505,11 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	    (rc = k_cuda_host_alloc((void **)&cb->h_logits, (size_t)LOGIT_ROWS * V * 4)))
 		return dev_error(d, rc, "pinned host buffers");
 	memset(cb->h_meta, 0, m->total * 4);
+	if ((rc = k_cuda_memset_async(cb->stream, cb->gemv_cnt, 0, GEMV_COUNTERS * 4)) ||
+	    (rc = k_cuda_memset_async(cb->stream, cb->attn_cnt, 0,
+				      dec_rows * (size_t)c->n_heads * 4)) ||
+	    (rc = k_cuda_stream_sync(cb->stream)))
+		return dev_error(d, rc, "fusion counters");
 	return 0;
 }
 
@@ -581,12 +601,17 @@ static int dequant_gemm(struct cuda_backend *cb, const struct cu_w *w, const voi
  * kernels refuse fall back) and the dequantizing GEMM for Q8_0. A shape
  * k_gemv refuses (k not a multiple of its granularity) takes the older
  * kernels (k_gemv_w8, cuBLAS). */
+static int gemv_max_t(const struct cu_w *w)
+{
+	const bool w16 = w->dt == DT_F16 || w->dt == DT_BF16;
+	return w16 ? GEMV16_MAX_T : w->dt == DT_Q8_0 ? Q8_GEMV_MAX_T : W8_GEMV_MAX_T;
+}
+
 static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t, float *y,
 		  int accumulate)
 {
 	const bool w16 = w->dt == DT_F16 || w->dt == DT_BF16;
-	const int gemv_max = w16 ? GEMV16_MAX_T : w->dt == DT_Q8_0 ? Q8_GEMV_MAX_T : W8_GEMV_MAX_T;
-	if (t <= gemv_max) {
+	if (t <= gemv_max_t(w)) {
 		int rc = k_gemv(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0,
 				w->d_q8d, w->n, w->k, x, cb->gdt, t, y, accumulate);
 		if (rc != ERR_UNSUPPORTED)
@@ -616,6 +641,58 @@ static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, 
 	return rc;
 }
 
+/* The projection with its epilogue fused (k_gemv_epi) when fusion is on and
+ * the step is a GEMV of a shape k_gemv_epi takes: *fused tells. Otherwise
+ * nothing is launched and the caller runs the unfused steps. */
+static int try_fused(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t,
+		     float *y, const struct k_gemv_epi *e, bool *fused)
+{
+	*fused = false;
+	if (!cb->fuse || t > gemv_max_t(w) || (t + 7) / 8 > GEMV_COUNTERS)
+		return 0;
+	int rc = k_gemv_epi(cb->stream, w->d, w->dt, w->d_scale, w->d_scale ? w->n : 0, w->d_q8d,
+			    w->n, w->k, x, cb->gdt, t, y, 1, e);
+	if (rc == ERR_UNSUPPORTED)
+		return 0;
+	*fused = !rc;
+	return rc;
+}
+
+/* x += a W^T, then xn = rmsnorm(x) * norm_w (norm_w NULL: no norm). */
+static int proj_add_norm(struct cuda_backend *cb, const struct cu_w *w, const void *a, int t,
+			 const float *norm_w)
+{
+	bool fused = false;
+	int rc = 0;
+	if (norm_w) {
+		const struct k_gemv_epi e = {
+			.kind = K_GEMV_EPI_RMSNORM, .out = cb->xn, .out_dt = cb->gdt,
+			.norm_w = norm_w, .eps = cb->cfg.rms_eps, .counters = cb->gemv_cnt,
+		};
+		if ((rc = try_fused(cb, w, a, t, cb->x, &e, &fused)) || fused)
+			return rc;
+	}
+	if ((rc = matmul(cb, w, a, t, cb->x, 1)) || !norm_w)
+		return rc;
+	return k_add_rmsnorm(cb->stream, cb->x, NULL, norm_w, t, cb->cfg.hidden, cb->cfg.rms_eps,
+			     cb->xn, cb->gdt);
+}
+
+/* act = silu(gate) * up of xn W_gu^T. */
+static int proj_swiglu(struct cuda_backend *cb, const struct cu_w *w, int t)
+{
+	const struct k_gemv_epi e = {
+		.kind = K_GEMV_EPI_SILU_MUL, .out = cb->act, .out_dt = cb->gdt,
+	};
+	bool fused;
+	int rc = try_fused(cb, w, cb->xn, t, NULL, &e, &fused);
+	if (rc || fused)
+		return rc;
+	if ((rc = matmul(cb, w, cb->xn, t, cb->gu, 0)))
+		return rc;
+	return k_silu_mul(cb->stream, cb->gu, t, cb->cfg.ffn, cb->act, cb->gdt);
+}
+
 /* Everything from the embedding to the logits of rows [0, n_out) of the
  * gathered rows (d_meta's logit_rows), for t rows in n_seqs sequences. All
  * inputs are in d_meta already; nothing here synchronizes, so it can be
@@ -626,6 +703,9 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 	const struct model_config *c = &cb->cfg;
 	const int32_t *dm = cb->d_meta;
 	int rc = k_embed(cb->stream, cb->embd, cb->gdt, c->hidden, dm + cb->meta.tokens, t, cb->x);
+	if (!rc) /* later layers' input norms end the layer before (proj_add_norm) */
+		rc = k_add_rmsnorm(cb->stream, cb->x, NULL, cb->layers[0].attn_norm, t, c->hidden,
+				   c->rms_eps, cb->xn, cb->gdt);
 	for (int l = 0; l < c->n_layers && !rc; l++) {
 		const struct cu_layer *L = &cb->layers[l];
 		char *k_pool = (char *)cb->kv + (size_t)(2 * l) * cb->kv_layer_bytes;
@@ -651,18 +731,15 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 			.n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
 			.scale = 1.0f / sqrtf((float)c->head_dim), .workspace = cb->attn_ws,
 			.workspace_bytes = cb->attn_ws_bytes,
+			.split_counters = cb->fuse ? cb->attn_cnt : NULL,
 		};
-		if ((rc = k_add_rmsnorm(cb->stream, cb->x, NULL, L->attn_norm, t, c->hidden,
-					c->rms_eps, cb->xn, cb->gdt)) ||
-		    (rc = matmul(cb, &L->qkv, cb->xn, t, cb->qkv, 0)) ||
+		const float *next_norm = l + 1 < c->n_layers ? cb->layers[l + 1].attn_norm : NULL;
+		if ((rc = matmul(cb, &L->qkv, cb->xn, t, cb->qkv, 0)) ||
 		    (rc = k_qkv_rope_store(cb->stream, &qa)) ||
 		    (rc = decode ? k_attn_decode(cb->stream, &aa) : k_attn_prefill(cb->stream, &aa)) ||
-		    (rc = matmul(cb, &L->o, cb->attn, t, cb->x, 1)) ||
-		    (rc = k_add_rmsnorm(cb->stream, cb->x, NULL, L->ffn_norm, t, c->hidden,
-					c->rms_eps, cb->xn, cb->gdt)) ||
-		    (rc = matmul(cb, &L->gu, cb->xn, t, cb->gu, 0)) ||
-		    (rc = k_silu_mul(cb->stream, cb->gu, t, c->ffn, cb->act, cb->gdt)) ||
-		    (rc = matmul(cb, &L->down, cb->act, t, cb->x, 1)))
+		    (rc = proj_add_norm(cb, &L->o, cb->attn, t, L->ffn_norm)) ||
+		    (rc = proj_swiglu(cb, &L->gu, t)) ||
+		    (rc = proj_add_norm(cb, &L->down, cb->act, t, next_norm)))
 			break;
 	}
 	if (!rc && n_out > 0)
@@ -772,9 +849,21 @@ static int forward_graph(struct cuda_backend *cb, const struct engine_batch *b, 
 			return rc;
 		void *g = NULL;
 		int rc_end = 0;
-		if (!(rc = k_cuda_graph_begin(cb->stream))) {
-			rc = run_layers(cb, t_pad, t_pad, 1, cb->max_ctx, true, t_pad);
-			rc_end = k_cuda_graph_end(cb->stream, &g);
+		for (int attempt = 0; attempt < 2; attempt++) {
+			g = NULL;
+			rc_end = 0;
+			if (!(rc = k_cuda_graph_begin(cb->stream))) {
+				rc = run_layers(cb, t_pad, t_pad, 1, cb->max_ctx, true, t_pad);
+				rc_end = k_cuda_graph_end(cb->stream, &g);
+			}
+			if (!(rc || rc_end) || !k_cuda_pdl() || (rc && rc != ERR_DEVICE))
+				break;
+			/* a driver that cannot capture programmatic launches: capture
+			 * again without them */
+			k_cuda_graph_destroy(g);
+			log_warn("cuda", "CUDA graph capture with programmatic dependent launch "
+					 "failed (%s); PDL off", k_cuda_last_error());
+			k_cuda_set_pdl(0);
 		}
 		if (rc || rc_end) {
 			k_cuda_graph_destroy(g);
@@ -1070,6 +1159,10 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 	cb->cfg = m->cfg;
 	cb->o = *opts;
 	cb->graphs_ok = true;
+	const char *fz = getenv("AORTA_CUDA_FUSION");
+	cb->fuse = !(fz && strcmp(fz, "0") == 0);
+	const char *pdl = getenv("AORTA_CUDA_PDL");
+	const bool pdl_off = pdl && strcmp(pdl, "0") == 0;
 	const struct model_config *c = &cb->cfg;
 	enum dtype file_dt = m->w.layers[0].wq.dtype;
 	cb->gdt = opts->gpu_dtype == DT_F16 || opts->gpu_dtype == DT_BF16 ? opts->gpu_dtype
@@ -1080,6 +1173,9 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		dev_error(d, rc, "CUDA device 0");
 		goto fail;
 	}
+	/* programmatic dependent launch on Hopper and later (AORTA_CUDA_PDL=0:
+	 * off, the benchmark's A/B); process-wide, like the device */
+	k_cuda_set_pdl(cb->props.cc_major >= 9 && !pdl_off);
 	if (kpool_create(opts->n_threads, &cb->load_pool)) /* else one thread converts */
 		cb->load_pool = NULL;
 	cb->layers = calloc((size_t)c->n_layers, sizeof *cb->layers);
@@ -1139,6 +1235,11 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		 opts->block_size, dtype_name(opts->kv_dtype),
 		 2.0 * c->n_layers * (double)cb->kv_layer_bytes / (1 << 30),
 		 opts->enforce_eager ? "; CUDA graphs off" : "");
+	if (!cb->fuse)
+		log_info("cuda", "AORTA_CUDA_FUSION=0: norms, SwiGLU and the decode split merge "
+				 "run as kernels of their own");
+	if (pdl_off)
+		log_info("cuda", "AORTA_CUDA_PDL=0: no programmatic dependent launch");
 	if (!cb->props.has_fp8 && cb->layers[0].qkv.dt == DT_F8_E4M3)
 		log_info("cuda", "sm_%d%d has no FP8 tensor cores: FP8 weights use the weight-only "
 				 "kernels (GEMV for decode, dequantize + 16-bit GEMM for prefill)",

@@ -174,6 +174,8 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	__shared__ __align__(16) float sm_acc[NSG][NH][HD];
 	__shared__ __align__(16) float sm_q[NH][HD];
 
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
 	const int r = blockIdx.x;
 	const int kvh = blockIdx.y / g.n_hchunks;
 	const int hbeg = (blockIdx.y % g.n_hchunks) * NH; // within the group
@@ -183,9 +185,17 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
 	const int split_len = split_len_of(n_ctx, g.n_splits);
 	const long long t_begin_ll = (long long)split * split_len;
-	// splits past the context: the merge never reads them
-	if (g.n_splits > 1 && t_begin_ll >= n_ctx)
+	// splits past the context: the merge never reads them (with the merge
+	// fused, split 0 of an empty context writes its zeros, as the merge
+	// kernel does)
+	if (g.n_splits > 1 && t_begin_ll >= n_ctx) {
+		if (a.split_counters && n_ctx == 0 && split == 0) {
+			const size_t o0 = ((size_t)r * a.n_heads + h0) * HD;
+			for (int idx = (int)threadIdx.x; idx < ng * HD; idx += DEC_THREADS)
+				kcu_store(a.out, a.out_dt, o0 + idx, 0.0f);
+		}
 		return;
+	}
 	const int t_begin = (int)min(t_begin_ll, (long long)n_ctx);
 	const int t_end = (int)min((long long)n_ctx, t_begin_ll + split_len);
 
@@ -323,6 +333,52 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 			}
 		}
 	}
+	if (g.n_splits == 1 || !a.split_counters)
+		return;
+
+	// The merge, fused: the last of the row's used splits to finish merges
+	// the chunk's heads, exactly as attn_merge_kernel would (the same warp
+	// collectives over the same values, the same sums in the same order).
+	// Every thread fences its partials, then one counts the CTA in.
+	__shared__ int s_last;
+	__shared__ float s_w[NH][MAX_SPLITS];
+	__shared__ float s_L[NH];
+	const int n_used = min(g.n_splits, (n_ctx + split_len - 1) / split_len); // n_ctx > 0 here
+	unsigned *cnt = a.split_counters + (size_t)r * gridDim.y + blockIdx.y;
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(cnt, 1u) == (unsigned)(n_used - 1);
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+	for (int h = warp; h < ng; h += NWARP) {
+		const size_t hrow = (size_t)r * a.n_heads + h0 + h;
+		const float *ml = ws + hrow * g.n_splits * 2;
+		const float mi = lane < n_used ? __ldcg(ml + 2 * lane) : -INFINITY;
+		const float li = lane < n_used ? __ldcg(ml + 2 * lane + 1) : 0.0f;
+		const float M = kcu_warp_max(mi);
+		const float w = mi == -INFINITY ? 0.0f : expf(mi - M);
+		const float L = kcu_warp_sum(w * li);
+		s_w[h][lane] = w;
+		if (lane == 0)
+			s_L[h] = L;
+	}
+	__syncthreads();
+	for (int idx = tid; idx < ng * HD; idx += DEC_THREADS) {
+		const int h = idx / HD, d = idx % HD;
+		const size_t hrow = (size_t)r * a.n_heads + h0 + h;
+		const float *acc_p = ws + n_part * 2 + hrow * g.n_splits * HD;
+		float A = 0.0f;
+#pragma unroll 4
+		for (int i = 0; i < n_used; i++)
+			A = fmaf(s_w[h][i], __ldcg(acc_p + (size_t)i * HD + d), A);
+		const float L = s_L[h];
+		kcu_store(a.out, a.out_dt, hrow * HD + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
+	}
+	if (tid == 0)
+		*cnt = 0; // ready for the next launch
 }
 
 // One CTA per (row, query head), one thread per dim: log-sum-exp merge of
@@ -334,6 +390,8 @@ __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 {
 	__shared__ float sw[MAX_SPLITS];
 	__shared__ float s_l;
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
 	const int r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
 	const int len = split_len_of(n_ctx, g.n_splits);
@@ -1008,15 +1066,16 @@ template <int HD, typename KT> int launch_decode(cudaStream_t st, const k_attn_a
 	dim3 grid((unsigned)a.n_rows, (unsigned)(a.n_kv_heads * g.n_hchunks), (unsigned)g.n_splits);
 	// NH = g.hc: 4 query heads per CTA for GQA groups up to 4 (half the
 	// accumulators and shared memory of 8: more CTAs per SM), else 8
-	if (g.hc == 4)
-		attn_decode_kernel<HD, KT, 4><<<grid, DEC_THREADS, 0, st>>>(a, g);
-	else
-		attn_decode_kernel<HD, KT, DEC_HEADS><<<grid, DEC_THREADS, 0, st>>>(a, g);
-	int rc = kcu_launched("attn_decode_kernel");
-	if (rc || g.n_splits == 1)
+	// (PDL launches: the kernels wait before their first read)
+	int rc = g.hc == 4 ? kcu_launch_pdl("attn_decode_kernel", attn_decode_kernel<HD, KT, 4>, grid,
+					    dim3(DEC_THREADS), 0, st, a, g)
+			   : kcu_launch_pdl("attn_decode_kernel",
+					    attn_decode_kernel<HD, KT, DEC_HEADS>, grid,
+					    dim3(DEC_THREADS), 0, st, a, g);
+	if (rc || g.n_splits == 1 || a.split_counters) // merged by the kernel's last split
 		return rc;
-	attn_merge_kernel<<<dim3((unsigned)a.n_rows, (unsigned)a.n_heads), HD, 0, st>>>(a, g);
-	return kcu_launched("attn_merge_kernel");
+	return kcu_launch_pdl("attn_merge_kernel", attn_merge_kernel,
+			      dim3((unsigned)a.n_rows, (unsigned)a.n_heads), dim3(HD), 0, st, a, g);
 }
 
 // Prefill tiles of qn query vectors (row x head): a GQA group split into

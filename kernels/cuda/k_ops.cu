@@ -121,6 +121,8 @@ __global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, 
 			       int n, float eps, void *out, enum dtype out_dt)
 {
 	__shared__ float sh[32];
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
 	const size_t r_out = blockIdx.x;
 	const size_t r_in = rows ? (size_t)rows[r_out] : r_out;
 	float *xr = x + r_in * (size_t)n;
@@ -143,7 +145,7 @@ __global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, 
 			v.w += a.w;
 			((float4 *)xr)[j] = v;
 		}
-		ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+		ss = kcu_sumsq4(ss, v);
 	}
 	for (int i = 4 * nv + tid; i < n; i += bd) {
 		float v = xr[i];
@@ -154,7 +156,7 @@ __global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, 
 		ss += v * v;
 	}
 	ss = block_sum(ss, sh);
-	const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+	const float inv = kcu_inv_rms(ss, n, eps);
 
 	for (int j = tid; j < nv; j += bd) {
 		float4 v = ((const float4 *)xr)[j];
@@ -169,8 +171,7 @@ __global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, 
 
 static unsigned norm_threads(int n)
 {
-	size_t t = round_up32(((size_t)n + 3) / 4);
-	return (unsigned)(t > 512 ? 512 : t);
+	return kcu_norm_threads(n);
 }
 
 extern "C" int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const float *d_w,
@@ -185,9 +186,9 @@ extern "C" int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const
 		return 0;
 	if (!d_x || !d_w || !d_out)
 		return ERR_INVAL;
-	rmsnorm_kernel<<<(unsigned)n_rows, norm_threads(hidden), 0, (cudaStream_t)stream>>>(
-		d_x, d_add, NULL, d_w, hidden, eps, d_out, out_dt);
-	return kcu_launched("k_add_rmsnorm");
+	return kcu_launch_pdl("k_add_rmsnorm", rmsnorm_kernel, dim3((unsigned)n_rows),
+			      dim3(norm_threads(hidden)), 0, (cudaStream_t)stream, d_x, d_add,
+			      (const int32_t *)NULL, d_w, hidden, eps, d_out, out_dt);
 }
 
 extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_rows, int n_out,
@@ -204,9 +205,9 @@ extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_r
 	if (!d_x || !d_rows || !d_w || !d_out)
 		return ERR_INVAL;
 	// Without add the kernel never writes x: the cast only shares the kernel.
-	rmsnorm_kernel<<<(unsigned)n_out, norm_threads(hidden), 0, (cudaStream_t)stream>>>(
-		(float *)d_x, NULL, d_rows, d_w, hidden, eps, d_out, out_dt);
-	return kcu_launched("k_rmsnorm_rows");
+	return kcu_launch_pdl("k_rmsnorm_rows", rmsnorm_kernel, dim3((unsigned)n_out),
+			      dim3(norm_threads(hidden)), 0, (cudaStream_t)stream, (float *)d_x,
+			      (const float *)NULL, d_rows, d_w, hidden, eps, d_out, out_dt);
 }
 
 // ---- Q/K/V: bias, q/k norm, RoPE, paged KV store -----------------------------
@@ -231,6 +232,8 @@ extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_r
 __global__ void __launch_bounds__(QKV_WARPS * 32) qkv_rope_store_kernel(struct k_qkv_args a)
 {
 	__shared__ float sh_cos[ROPE_MAX_HALF], sh_sin[ROPE_MAX_HALF];
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
 	const int hd = a.head_dim, half = hd / 2;
 	const int nq = a.n_heads, nkv = a.n_kv_heads;
 	const size_t r = blockIdx.x;
@@ -341,8 +344,8 @@ extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
 	    !a->v_cache)
 		return ERR_INVAL;
 	dim3 grid((unsigned)a->n_rows, (unsigned)groups);
-	qkv_rope_store_kernel<<<grid, QKV_WARPS * 32, 0, (cudaStream_t)stream>>>(*a);
-	return kcu_launched("k_qkv_rope_store");
+	return kcu_launch_pdl("k_qkv_rope_store", qkv_rope_store_kernel, grid,
+			      dim3(QKV_WARPS * 32), 0, (cudaStream_t)stream, *a);
 }
 
 // ---- SiLU·mul ------------------------------------------------------------------
@@ -351,13 +354,15 @@ extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
 
 __device__ __forceinline__ float silu_mul1(float g, float u)
 {
-	return g / (1.0f + expf(-g)) * u; // as kops_silu_mul_ref
+	return kcu_silu_mul1(g, u); // as kops_silu_mul_ref
 }
 
 // Grid (n_rows, ceil(ffn / (4 * SILU_THREADS))): each thread 4 consecutive
 // columns of one row, float4 when the row's pointers allow it.
 __global__ void silu_mul_kernel(const float *gu, int ffn, void *out, enum dtype out_dt)
 {
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
 	const size_t r = blockIdx.x;
 	const float *g = gu + r * 2 * (size_t)ffn, *u = g + ffn;
 	const size_t ob = r * (size_t)ffn;
@@ -393,8 +398,8 @@ extern "C" int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, 
 	if (!d_gu || !d_out)
 		return ERR_INVAL;
 	dim3 grid((unsigned)n_rows, (unsigned)chunks);
-	silu_mul_kernel<<<grid, SILU_THREADS, 0, (cudaStream_t)stream>>>(d_gu, ffn, d_out, out_dt);
-	return kcu_launched("k_silu_mul");
+	return kcu_launch_pdl("k_silu_mul", silu_mul_kernel, grid, dim3(SILU_THREADS), 0,
+			      (cudaStream_t)stream, d_gu, ffn, d_out, out_dt);
 }
 
 // ---- argmax ------------------------------------------------------------------

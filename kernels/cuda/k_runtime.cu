@@ -9,6 +9,23 @@
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_internal.h"
 
+static bool g_pdl; // k_cuda_set_pdl
+
+bool kcu_pdl_on(void)
+{
+	return g_pdl;
+}
+
+extern "C" void k_cuda_set_pdl(int on)
+{
+	g_pdl = on != 0;
+}
+
+extern "C" int k_cuda_pdl(void)
+{
+	return g_pdl ? 1 : 0;
+}
+
 extern "C" int k_cuda_set_device(int device)
 {
 	return kcu_check(cudaSetDevice(device), "cudaSetDevice");

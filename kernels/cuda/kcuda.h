@@ -36,6 +36,12 @@ struct k_cuda_props {
 	int has_fp8;		/* FP8 tensor cores: cc >= 8.9 */
 };
 int k_cuda_set_device(int device);
+/* Programmatic dependent launch for the decode step's kernels (GEMV, norms,
+ * RoPE + KV store, SwiGLU, decode attention): each may start while the one
+ * before it finishes, loading its weights meanwhile (kcuda_internal.h).
+ * Process-wide; off until set; for sm_90+ only (the caller checks). */
+void k_cuda_set_pdl(int on);
+int k_cuda_pdl(void); /* 1 when on */
 int k_cuda_props(int device, struct k_cuda_props *out);
 /* Free and total bytes of the current device (cudaMemGetInfo). */
 int k_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);

@@ -87,6 +87,11 @@ struct k_attn_args {
 	float scale;
 	void *workspace;	    /* decode split partials */
 	size_t workspace_bytes;
+	/* Decode: NULL (a second kernel merges the splits), or n_rows * n_heads
+	 * unsigned counters, zero before the call and left zero, one launch at a
+	 * time per array: the last split of each (row, head chunk) to finish
+	 * merges it, with the merge kernel's bits and one launch fewer. */
+	unsigned *split_counters;
 };
 
 /* Workspace k_attn_decode needs for up to max_rows rows and max_ctx

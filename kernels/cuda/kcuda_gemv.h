@@ -51,6 +51,36 @@ int k_gemv_rows(void *stream, const void *d_w, enum dtype w_dt, const float *d_s
                 const void *d_q8_d, int n, int k, const void *d_x, enum dtype x_dt, int t,
                 float *d_y, int accumulate, int rows_per_cta);
 
+/* Epilogues fused into the GEMV, so that a decode step launches fewer
+ * kernels (each small kernel costs a launch and a ramp that no byte of W
+ * pays for):
+ *   K_GEMV_EPI_SILU_MUL  W is the fused [gate; up] matrix (n = 2 ffn rows,
+ *     gate rows first); instead of Y, out[t, ffn] = silu(gate) * up in
+ *     out_dt, the bits of k_gemv into Y followed by k_silu_mul
+ *     (kcuda_ops.h). d_y and accumulate are ignored (d_y may be NULL).
+ *   K_GEMV_EPI_RMSNORM  Y (+)= X W^T as k_gemv, then out[t, n] =
+ *     rmsnorm(Y[t]) * norm_w (eps), the bits of k_add_rmsnorm(Y, NULL,
+ *     norm_w, ...) run after it: the last CTA of each group of 8 tokens to
+ *     finish counts itself in counters[group] and norms the group's rows.
+ *     counters: ceil(t / 8) unsigned, zero before the call and zero again
+ *     after it; one launch at a time per array (one stream). Needs n a
+ *     multiple of 4 and d_y, norm_w and out aligned to 16 bytes (out: to 4
+ *     elements); ERR_UNSUPPORTED otherwise, before anything is launched.
+ * out_dt: DT_F16, DT_BF16 or DT_F32. Every other argument and error as
+ * k_gemv's; 4 rows per CTA. K_GEMV_EPI_NONE is k_gemv. */
+enum k_gemv_epi_kind { K_GEMV_EPI_NONE, K_GEMV_EPI_SILU_MUL, K_GEMV_EPI_RMSNORM };
+struct k_gemv_epi {
+	enum k_gemv_epi_kind kind;
+	void *out;
+	enum dtype out_dt;
+	const float *norm_w; /* RMSNORM: F32 [n] */
+	float eps;
+	unsigned *counters; /* RMSNORM */
+};
+int k_gemv_epi(void *stream, const void *d_w, enum dtype w_dt, const float *d_scale, int n_scales,
+               const void *d_q8_d, int n, int k, const void *d_x, enum dtype x_dt, int t,
+               float *d_y, int accumulate, const struct k_gemv_epi *epi);
+
 #ifdef __cplusplus
 }
 #endif

@@ -80,6 +80,97 @@ __device__ __forceinline__ float kcu_warp_max(float v)
 	return v;
 }
 
+// silu(g) * u, as kops_silu_mul_ref: k_silu_mul and k_gemv_epi's SwiGLU
+// epilogue share it, so the fused and the separate step give the same bits.
+__device__ __forceinline__ float kcu_silu_mul1(float g, float u)
+{
+	return g / (1.0f + expf(-g)) * u;
+}
+
+// ss + (v.x^2 + v.y^2 + v.z^2 + v.w^2), the products summed in this order
+// with explicit fmaf: the per-thread step of every RMSNorm here (k_ops.cu's
+// kernel and k_gemv_epi's fused norm), spelled out so that the compiler's
+// contraction choices cannot make the two differ.
+__device__ __forceinline__ float kcu_sumsq4(float ss, float4 v)
+{
+	float q = v.x * v.x;
+	q = fmaf(v.y, v.y, q);
+	q = fmaf(v.z, v.z, q);
+	q = fmaf(v.w, v.w, q);
+	return ss + q;
+}
+
+// 1 / rms from the sum of squares of n values (eps inside the sqrt).
+__device__ __forceinline__ float kcu_inv_rms(float ss, int n, float eps)
+{
+	return 1.0f / sqrtf(ss / (float)n + eps);
+}
+
+// Threads per row of k_ops.cu's RMSNorm kernel for a row of n floats: the
+// fused norm of k_gemv_epi reproduces that kernel's summation order for it.
+static inline unsigned kcu_norm_threads(int n)
+{
+	size_t t = ((size_t)n + 3) / 4;
+	t = (t + 31) / 32 * 32;
+	return (unsigned)(t > 512 ? 512 : t);
+}
+
+// ---- programmatic dependent launch (sm_90+) ------------------------------------
+//
+// A kernel launched by kcu_launch_pdl while PDL is on (k_cuda_set_pdl) may
+// start while the kernel before it in the stream still runs. Such a kernel
+// calls kcu_pdl_trigger() first (its own successor may then launch once all
+// its CTAs have started) and kcu_pdl_wait() before it reads anything an
+// earlier step wrote and before it writes anything: the wait returns when
+// the whole previous grid has finished and its memory is visible. Only
+// what never changes during a step (weights) may be read before it. Both
+// are no-ops on older GPUs, without PDL and in the host emulator.
+__device__ __forceinline__ void kcu_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void kcu_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether kcu_launch_pdl launches with the PDL attribute (k_runtime.cu).
+bool kcu_pdl_on(void);
+
+// kernel<<<grid, block, smem, st>>>(args...), with the programmatic stream
+// serialization attribute when kcu_pdl_on(); then kcu_launched(name). Only
+// for kernels that follow the rules above.
+template <typename... P, typename... A>
+static inline int kcu_launch_pdl(const char *name, void (*kernel)(P...), dim3 grid, dim3 block,
+				 size_t smem, cudaStream_t st, A... args)
+{
+#ifdef AORTA_TESTS_EMU_EMU_CUDA_H
+	emu_launch(grid, block, smem, st, name, 0, kernel, args...);
+	return kcu_launched(name);
+#else
+	if (!kcu_pdl_on()) {
+		kernel<<<grid, block, smem, st>>>(args...);
+		return kcu_launched(name);
+	}
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = st;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	return kcu_check(cudaLaunchKernelEx(&cfg, kernel, args...), name);
+#endif
+}
+
 static inline bool kcu_is_16bit_or_f32(enum dtype dt)
 {
 	return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16;

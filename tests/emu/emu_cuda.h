@@ -417,6 +417,10 @@ template <typename T> inline T __ldcs(const T *p)
 {
 	return *p;
 }
+template <typename T> inline T __ldcg(const T *p)
+{
+	return *p;
+}
 template <typename T> inline void __stcs(T *p, T v)
 {
 	*p = v;

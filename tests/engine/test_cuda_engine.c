@@ -16,7 +16,11 @@
  *  5. (issue 10) FP8 KV cache, Q8_0 / INT8 / FP8 weights and --quantization
  *     int8|fp8, against the CPU engine on the same quantized weights;
  *  6. engine_forward_sample (k_sample on the device, graph and eager steps)
- *     against k_sample_ref over engine_forward's logits of the same step.
+ *     against k_sample_ref over engine_forward's logits of the same step;
+ *  7. fusion (the norms and the SwiGLU in the GEMV epilogues, the decode
+ *     split merge in the attention kernel) against AORTA_CUDA_FUSION=0: the
+ *     same logits bits over a prefill and decode at 2 and 1 rows, graphs
+ *     and eager, 16-bit and 8-bit weights.
  */
 #include <math.h>
 #include <stdio.h>
@@ -432,6 +436,63 @@ static void graphs_vs_eager(const struct model *m)
 	engine_destroy(e[1]);
 }
 
+/* ---- 7. fusion on and off: the same bits -------------------------------------- */
+
+static void fusion_bits(const char *name, const struct model_config *c, enum dtype wdt,
+			enum dtype quant)
+{
+	struct tmodel_opts to = { .wdtype = wdt, .seed = 5, .layout = ROPE_STYLE_NEOX };
+	struct model *m = NULL;
+	if (tmodel_create(c, &to, &m)) {
+		CHECK(0, "%s: tmodel_create", name);
+		return;
+	}
+	const int V = c->vocab;
+	const size_t per = (size_t)2 * GEN * V; /* logits of one run of generate */
+	float *logits = malloc((size_t)MAXS * V * sizeof(float));
+	float *out[2] = { calloc(2 * per, sizeof(float)), calloc(2 * per, sizeof(float)) };
+	for (int eager = 0; eager < 2; eager++) {
+		for (int k = 0; k < 2; k++) { /* k = 0: fusion off */
+			struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
+			o.quantization = quant;
+			o.enforce_eager = eager;
+			if (k == 0)
+				setenv("AORTA_CUDA_FUSION", "0", 1);
+			struct engine *e = NULL;
+			struct diag d = { 0 };
+			int rc = engine_create(m, &o, &e, &d);
+			unsetenv("AORTA_CUDA_FUSION");
+			CHECK(rc == 0, "%s: CUDA engine: %s", name, d.msg);
+			if (rc)
+				continue;
+			static struct seq sq[2];
+			seq_init(&sq[0], 0, 45, V); /* > 32 positions: decode splits */
+			seq_init(&sq[1], 1, 70, V);
+			struct seq *p[2] = { &sq[0], &sq[1] };
+			int n_new[2] = { 45, 70 }, nl;
+			CHECK(step(e, p, n_new, 2, logits, &nl) == 0 && nl == 2, "%s: prefill", name);
+			sq[0].toks[sq[0].n_toks++] = 3;
+			sq[1].toks[sq[1].n_toks++] = 4;
+			generate(e, p, 2, V, logits, out[k]);	    /* 2 rows a step */
+			generate(e, p, 1, V, logits, out[k] + per); /* 1 row */
+			engine_destroy(e);
+		}
+		size_t diff = 0;
+		while (diff < 2 * per && memcmp(&out[0][diff], &out[1][diff], sizeof(float)) == 0)
+			diff++;
+		CHECK(diff == 2 * per, "%s (%s): fused logits differ from unfused at value %zu "
+		      "(%.9g vs %.9g)", name, eager ? "eager" : "graphs", diff,
+		      diff < 2 * per ? out[1][diff] : 0.0, diff < 2 * per ? out[0][diff] : 0.0);
+		if (diff == 2 * per)
+			printf("%s (%s): fusion on and off give the same logits bits (%zu values)\n",
+			       name, eager ? "eager" : "graphs", 2 * per);
+	}
+	free(logits);
+	free(out[0]);
+	free(out[1]);
+	tmodel_destroy(m);
+}
+
 /* ---- 4. copy_blocks, bad batches, memory sizing ---------------------------------- */
 
 static void misc(const struct model *m)
@@ -696,6 +757,10 @@ int main(void)
 	compare_model_q("--quantization int8", &c, DT_F16, ROPE_STYLE_NEOX, DT_F16, DT_I8, 6e-2);
 	compare_model_q("--quantization fp8", &c, DT_F16, ROPE_STYLE_NEOX, DT_F16, DT_F8_E4M3,
 			6e-2);
+
+	fusion_bits("fusion, f16 weights", &c, DT_F16, DT_F32);
+	fusion_bits("fusion, --quantization fp8", &c, DT_F16, DT_F8_E4M3);
+	fusion_bits("fusion, q8_0 weights", &c, DT_Q8_0, DT_F32);
 
 	struct tmodel_opts to = { .wdtype = DT_F16, .seed = 11, .layout = ROPE_STYLE_NEOX,
 				  .head_gain = 4 };

@@ -105,6 +105,19 @@ for q in none fp8 int8; do
 		--hbm-gbs 4800 --peak-tflops 989 2>&1 | tee "$LOG/bench_engine_$q.txt"
 done
 
+# A/B in the same run, batch 1 and the 2048-token prefill only: fusion off
+# (AORTA_CUDA_FUSION=0: norms, SwiGLU and the decode split merge as kernels
+# of their own) and programmatic dependent launch off (AORTA_CUDA_PDL=0);
+# both off is the engine as it was before them
+for ab in "nopdl:AORTA_CUDA_PDL=0" "base:AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0"; do
+	for q in none fp8; do
+		stamp "engine bench, ${ab#*:}: Llama-3-8B shape, bf16, --quantization $q"
+		env ${ab#*:} timeout 150 "$(bin server/aorta)" bench engine --device cuda --synthetic \
+			$shape --dtype bf16 --quantization $q --prompt 2048 --batches 1 --decode-ctx 512 \
+			--steps 20 --hbm-gbs 4800 --peak-tflops 989 2>&1 | tee "$LOG/bench_${ab%%:*}_$q.txt"
+	done
+done
+
 # PROFILE=1: per-kernel device times (Nsight Compute, clocks left alone) of a
 # 2-layer model of the same shapes, eager: prefill of 2048 tokens, then decode
 if [ "${PROFILE:-0}" = 1 ]; then
@@ -165,6 +178,10 @@ stamp "summary"
 echo "CUDA tests: $(case $tests_rc in 0) echo all passed ;; 77) echo skipped, no GPU ;; *) echo FAILED ;; esac)"
 [ -n "$hbm" ] && echo "measured device bandwidth: $hbm GB/s (bench_cuda; the engine lines use 4800)"
 grep -hE "^(prefill|decode)" "$LOG"/bench_engine_*.txt
+for ab in nopdl base; do
+	echo "$ab ($( [ $ab = nopdl ] && echo AORTA_CUDA_PDL=0 || echo AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0 )), none then fp8:"
+	grep -hE "^(prefill|decode)" "$LOG"/bench_${ab}_none.txt "$LOG"/bench_${ab}_fp8.txt
+done
 grep -hE "quant \(cuda\)" "$LOG"/test_engine_quant_cuda.log 2>/dev/null
 save
 exit $tests_rc

@@ -6,7 +6,9 @@
  * outside the pool, so reading them faults), random Q, and runs both kernels
  * on the same rows (decode treats every row alone; prefill needs chunks of
  * consecutive positions). The CPU reference runs on the F32 values the pool
- * holds (dequantized for BF16 / FP8). Outputs and the decode workspace are
+ * holds (dequantized for BF16 / FP8). Decodes run a second time with the
+ * split merge fused into the decode kernel (split_counters): the same bytes
+ * as the merge kernel's, and the counters zero again. Outputs and the decode workspace are
  * pre-filled with NaN so an unwritten value fails. Decode is rerun with the
  * same grid (max_ctx) on shorter contexts and a padding row (position -1,
  * output 0), as a replayed CUDA graph would. Prefill of F16, BF16 and FP8
@@ -420,6 +422,41 @@ static void check_out(const char *what, const struct tcase *c, void *d_out, size
 	check_out_tol(what, c, d_out, n, ref, atol, rtol, 0.0f);
 }
 
+/* The decode just run (its output in d_out) again with the split merge fused
+ * into the decode kernel (split_counters): the same bytes, and the counters
+ * zero again afterwards. */
+static void check_fused_merge(void *stream, const struct k_attn_args *a0, void *d_out,
+			      size_t out_bytes, const char *what)
+{
+	const size_t n_cnt = (size_t)a0->n_rows * a0->n_heads;
+	unsigned *d_cnt = kc_dev_alloc(n_cnt * sizeof(unsigned));
+	uint8_t *want = xmalloc(out_bytes), *got = xmalloc(out_bytes);
+	unsigned *cnt = xmalloc(n_cnt * sizeof(unsigned));
+	kc_download(want, d_out, out_bytes);
+	struct k_attn_args a = *a0;
+	a.split_counters = d_cnt;
+	{
+		kc_ok(k_cuda_memset_async(stream, d_out, 0xff, out_bytes), "memset out");
+		kc_ok(k_attn_decode(stream, &a), "k_attn_decode (merge fused)");
+		kc_sync("k_attn_decode (merge fused)");
+		kc_download(got, d_out, out_bytes);
+		if (memcmp(got, want, out_bytes) != 0) {
+			size_t i = 0;
+			while (got[i] == want[i])
+				i++;
+			kc_fail("%s, merge fused: byte %zu differs from the merge kernel's", what, i);
+		}
+		kc_download(cnt, d_cnt, n_cnt * sizeof(unsigned));
+		for (size_t i = 0; i < n_cnt; i++)
+			if (cnt[i])
+				kc_fail("%s, merge fused: counter %zu is %u afterwards", what, i, cnt[i]);
+	}
+	kc_dev_free(d_cnt);
+	free(want);
+	free(got);
+	free(cnt);
+}
+
 static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 {
 	struct kc_rng rng;
@@ -513,6 +550,8 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	kc_ok(k_attn_decode(stream, &a), "k_attn_decode");
 	kc_sync("k_attn_decode");
 	check_out("decode", c, d_out, n_out, ref);
+	if (n_out <= RERUN_MAX_OUT) /* the larger cases: the rerun below only (time) */
+		check_fused_merge(stream, &a, d_out, out_bytes, "decode");
 
 	/* decode again with the same max_ctx (the same grid) on shorter
 	 * contexts, the first row a padding row (position -1: output 0) */
@@ -526,6 +565,7 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	kc_ok(k_attn_decode(stream, &a), "k_attn_decode (shorter contexts)");
 	kc_sync("k_attn_decode (shorter contexts)");
 	check_out("decode, shorter contexts + padding row", c, d_out, n_out, ref);
+	check_fused_merge(stream, &a, d_out, out_bytes, "decode, shorter contexts + padding row");
 
 	free(pos2);
 	free(ref_tc);

@@ -14,6 +14,13 @@
  * NaN-poisoned first) and 1; every case
  * with 2, 4 (k_gemv's choice) and 8 rows per CTA; a guard past Y must stay
  * untouched. Then the argument errors.
+ *
+ * k_gemv_epi: its SwiGLU and RMSNorm epilogues against the unfused steps
+ * (k_gemv, then k_silu_mul or k_add_rmsnorm) on the same inputs, bit for
+ * bit (memcmp of the outputs and of Y), for every weight kind, ragged N,
+ * T up to two token groups, 16-bit and F32 outputs; the counters must be
+ * zero again after each launch (each case launches twice), guards past the
+ * outputs untouched; then its argument errors.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +31,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_gemv.h"
+#include "kernels/cuda/kcuda_ops.h"
 #include "tests/kernels/kcheck.h"
 
 static void *xmalloc(size_t bytes)
@@ -347,6 +355,185 @@ static void test_errors(void)
 	printf("ok gemv argument errors\n");
 }
 
+/* ---- k_gemv_epi ------------------------------------------------------------------ */
+
+static size_t out_size(enum dtype dt)
+{
+	return dt == DT_F32 ? 4 : 2;
+}
+
+/* Download n_out outputs of dt (+ a guard) and check the guard's poison. */
+static void *fetch_out(const void *d_out, size_t n_out, enum dtype dt, const char *what)
+{
+	const size_t bytes = n_out * out_size(dt);
+	uint8_t *h = xmalloc(bytes + Y_GUARD);
+	kc_download(h, d_out, bytes + Y_GUARD);
+	for (size_t i = 0; i < Y_GUARD; i++)
+		if (h[bytes + i] != POISON_U8)
+			kc_fail("%s wrote past its output (byte %zu)", what, i);
+	return h;
+}
+
+static void epi_case(struct kc_rng *r, enum wkind kind, int n, int k, int t, enum dtype x_dt,
+                     enum dtype out_dt, enum k_gemv_epi_kind ek)
+{
+	struct wmat w;
+	make_weights(r, kind, n, k, &w);
+	const size_t nx = (size_t)t * k, ny = (size_t)t * n;
+	const bool silu = ek == K_GEMV_EPI_SILU_MUL;
+	const size_t n_out = silu ? ny / 2 : ny;
+	float *x = xmalloc(nx * sizeof(float)), *y0 = xmalloc(ny * sizeof(float));
+	float *nw = xmalloc((size_t)n * sizeof(float));
+	kc_fill(r, x, nx, -1.0f, 1.0f);
+	kc_round(x, nx, x_dt);
+	/* a residual stream large against the product, as in a layer */
+	kc_fill(r, y0, ny, -4.0f, 4.0f);
+	kc_fill(r, nw, (size_t)n, 0.5f, 1.5f);
+	void *xp = kc_pack(x, nx, x_dt);
+	void *d_x = kc_upload(xp, nx * 2);
+	void *d_w = kc_upload(w.dev, w.dev_bytes);
+	float *d_s = w.scale ? kc_upload(w.scale, (size_t)w.m.n_scale * sizeof(float)) : NULL;
+	void *d_q8d = w.q8_d ? kc_upload(w.q8_d, (size_t)n * (k / 32) * 2) : NULL;
+	const int n_scales = w.scale ? (int)w.m.n_scale : 0;
+	float *d_nw = kc_upload(nw, (size_t)n * sizeof(float));
+	float *d_y = kc_dev_alloc(ny * sizeof(float));
+	const size_t ob = n_out * out_size(out_dt);
+	void *d_ref = kc_dev_alloc(ob + Y_GUARD), *d_out = kc_dev_alloc(ob + Y_GUARD);
+	const int n_cnt = (t + 7) / 8;
+	unsigned *d_cnt = kc_dev_alloc(16 * sizeof(unsigned));
+	const float eps = 1e-5f;
+	char what[160];
+	snprintf(what, sizeof what, "gemv_epi %s %s N=%d K=%d T=%d x=%s out=%s",
+	         silu ? "silu" : "norm", wkind_name[kind], n, k, t, dtype_name(x_dt),
+	         dtype_name(out_dt));
+
+	/* unfused */
+	kc_ok(k_cuda_memset_async(NULL, d_ref, POISON_U8, ob + Y_GUARD), "poison ref");
+	kc_ok(k_cuda_memcpy_h2d(d_y, y0, ny * sizeof(float)), "upload y0");
+	kc_ok(k_gemv(NULL, d_w, w.w_dt, d_s, n_scales, d_q8d, n, k, d_x, x_dt, t, d_y, !silu),
+	      "k_gemv");
+	if (silu)
+		kc_ok(k_silu_mul(NULL, d_y, t, n / 2, d_ref, out_dt), "k_silu_mul");
+	else
+		kc_ok(k_add_rmsnorm(NULL, d_y, NULL, d_nw, t, n, eps, d_ref, out_dt),
+		      "k_add_rmsnorm");
+	kc_sync(what);
+	void *ref = fetch_out(d_ref, n_out, out_dt, "unfused");
+	float *y_ref = xmalloc(ny * sizeof(float)), *y_got = xmalloc(ny * sizeof(float));
+	kc_download(y_ref, d_y, ny * sizeof(float));
+
+	const struct k_gemv_epi e = {
+	    .kind = ek, .out = d_out, .out_dt = out_dt, .norm_w = d_nw, .eps = eps,
+	    .counters = d_cnt,
+	};
+	for (int rep = 0; rep < 2; rep++) { /* twice: the counters must be reset */
+		kc_ok(k_cuda_memset_async(NULL, d_out, POISON_U8, ob + Y_GUARD), "poison out");
+		kc_ok(k_cuda_memcpy_h2d(d_y, y0, ny * sizeof(float)), "upload y0");
+		kc_ok(k_gemv_epi(NULL, d_w, w.w_dt, d_s, n_scales, d_q8d, n, k, d_x, x_dt, t,
+		                 silu ? NULL : d_y, 1, &e),
+		      what);
+		kc_sync(what);
+		void *got = fetch_out(d_out, n_out, out_dt, what);
+		if (memcmp(got, ref, ob) != 0) {
+			size_t i = 0;
+			const size_t es = out_size(out_dt);
+			while (memcmp((char *)got + i * es, (char *)ref + i * es, es) == 0)
+				i++;
+			kc_fail("%s (launch %d): output %zu differs from the unfused steps' bits", what,
+			        rep + 1, i);
+		}
+		free(got);
+		if (!silu) {
+			kc_download(y_got, d_y, ny * sizeof(float));
+			if (memcmp(y_got, y_ref, ny * sizeof(float)) != 0)
+				kc_fail("%s: Y differs from k_gemv's", what);
+		}
+		unsigned cnt[16];
+		kc_download(cnt, d_cnt, sizeof cnt);
+		for (int i = 0; i < 16; i++)
+			if (cnt[i] != 0)
+				kc_fail("%s: counter %d is %u after the launch (%d in use)", what, i, cnt[i],
+				        n_cnt);
+	}
+	g_cases++;
+
+	kc_dev_free(d_x);
+	kc_dev_free(d_w);
+	kc_dev_free(d_s);
+	kc_dev_free(d_q8d);
+	kc_dev_free(d_nw);
+	kc_dev_free(d_y);
+	kc_dev_free(d_ref);
+	kc_dev_free(d_out);
+	kc_dev_free(d_cnt);
+	free(ref);
+	free(y_ref);
+	free(y_got);
+	free(xp);
+	free(x);
+	free(y0);
+	free(nw);
+	free_weights(&w);
+}
+
+static void test_epi(struct kc_rng *r)
+{
+	static const int ts[] = {1, 2, 3, 4, 8, 11};
+	static const enum dtype outs[] = {DT_F16, DT_BF16, DT_F32};
+	const size_t before = g_cases;
+	unsigned combo = 0;
+	for (int kind = 0; kind < W__COUNT; kind++) {
+		const int g = granularity((enum wkind)kind);
+		/* SwiGLU: 2 ffn rows, ffn 1 (one half-used CTA), 37, 1003; RMSNorm:
+		 * N = 4, 1004 (251 CTAs, the last part-filled), 4096 (the Llama
+		 * width: a 512-thread norm played by fewer threads) */
+		const int shapes[][3] = {{K_GEMV_EPI_SILU_MUL, 2, g},
+		                         {K_GEMV_EPI_SILU_MUL, 74, 5 * g},
+		                         {K_GEMV_EPI_SILU_MUL, 2006, 256},
+		                         {K_GEMV_EPI_RMSNORM, 4, g},
+		                         {K_GEMV_EPI_RMSNORM, 1004, 3 * g},
+		                         {K_GEMV_EPI_RMSNORM, 4096, 256}};
+		for (int s = 0; s < 6; s++)
+			for (int ti = 0; ti < 6; ti++, combo++)
+				epi_case(r, (enum wkind)kind, shapes[s][1], shapes[s][2], ts[ti],
+				         (combo & 1) ? DT_BF16 : DT_F16, outs[combo % 3],
+				         (enum k_gemv_epi_kind)shapes[s][0]);
+	}
+	printf("ok gemv epilogues: %zu cases, the unfused steps' bits\n", g_cases - before);
+
+	char *d = kc_dev_alloc(65536);
+	unsigned *cnt = (unsigned *)(d + 32768);
+	struct k_gemv_epi e = {
+	    .kind = K_GEMV_EPI_SILU_MUL, .out = d + 16384, .out_dt = DT_F16,
+	    .norm_w = (const float *)(d + 49152), .eps = 1e-5f, .counters = cnt,
+	};
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 5, 32, d, DT_F16, 1, NULL, 0, &e),
+	       ERR_INVAL, "SwiGLU over an odd N");
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 4, 32, d, DT_F16, 1, NULL, 0, NULL),
+	       ERR_INVAL, "no epilogue");
+	e.out_dt = DT_I8;
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 4, 32, d, DT_F16, 1, NULL, 0, &e),
+	       ERR_UNSUPPORTED, "I8 output");
+	e.out_dt = DT_F16;
+	e.kind = K_GEMV_EPI_RMSNORM;
+	float *y = (float *)(d + 8192);
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 4, 32, d, DT_F16, 1, NULL, 1, &e),
+	       ERR_INVAL, "RMSNorm without Y");
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 6, 32, d, DT_F16, 1, y, 1, &e),
+	       ERR_UNSUPPORTED, "RMSNorm over N % 4 != 0");
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 4, 32, d, DT_F16, 1, y + 1, 1, &e),
+	       ERR_UNSUPPORTED, "RMSNorm with Y not 16-byte aligned");
+	e.counters = NULL;
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 4, 32, d, DT_F16, 1, y, 1, &e),
+	       ERR_INVAL, "RMSNorm without counters");
+	e.counters = cnt;
+	e.kind = (enum k_gemv_epi_kind)7;
+	expect(k_gemv_epi(NULL, d, DT_F16, NULL, 0, NULL, 4, 32, d, DT_F16, 1, y, 1, &e),
+	       ERR_INVAL, "unknown epilogue");
+	kc_dev_free(d);
+	printf("ok gemv epilogue argument errors\n");
+}
+
 int main(void)
 {
 	kc_require_gpu("test_cuda_gemv");
@@ -354,5 +541,6 @@ int main(void)
 	kc_seed(&r, 20261130);
 	test_gemv(&r);
 	test_errors();
+	test_epi(&r);
 	return kc_finish();
 }

@@ -142,7 +142,8 @@ struct cuda_backend {
 	 * one launch fewer a layer, with the same bits. The counters those
 	 * kernels count their CTAs in: zero between launches. */
 	bool fuse;
-	unsigned *gemv_cnt, *attn_cnt;
+	unsigned *gemv_cnt, *attn_cnt; /* attn_cnt: [attn_cnt_rows * n_heads] */
+	int attn_cnt_rows;
 
 	/* device sampling: inputs and outputs, grown on demand (never inside a
 	 * capture: sampling runs after the graph) */
@@ -484,6 +485,7 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	 * row per sequence: at most s_cap rows, not T (4.4 GB for 8192 tokens,
 	 * 32 heads of 128 and a 128K context, against 136 MB for 256) */
 	const size_t dec_rows = s_cap < T ? s_cap : T;
+	cb->attn_cnt_rows = (int)dec_rows;
 	cb->attn_ws_bytes =
 		k_attn_workspace_bytes((int)dec_rows, c->n_heads, c->head_dim, cb->max_ctx);
 	int rc;
@@ -909,6 +911,11 @@ static bool graph_eligible(const struct cuda_backend *cb, const struct engine_ba
 static int step_failed(struct cuda_backend *cb, int rc)
 {
 	k_cuda_stream_sync(cb->stream);
+	/* a launch cut short may leave a fusion counter counting */
+	const size_t dec_rows = (size_t)cb->attn_cnt_rows;
+	if (k_cuda_memset_async(cb->stream, cb->gemv_cnt, 0, GEMV_COUNTERS * 4) == 0 &&
+	    k_cuda_memset_async(cb->stream, cb->attn_cnt, 0, dec_rows * cb->cfg.n_heads * 4) == 0)
+		k_cuda_stream_sync(cb->stream);
 	return rc;
 }
 

@@ -347,8 +347,9 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	unsigned *cnt = a.split_counters + (size_t)r * gridDim.y + blockIdx.y;
 	__threadfence();
 	__syncthreads();
+	// atomicInc wraps to 0 at the last split: ready for the next launch
 	if (tid == 0)
-		s_last = atomicAdd(cnt, 1u) == (unsigned)(n_used - 1);
+		s_last = atomicInc(cnt, (unsigned)(n_used - 1)) == (unsigned)(n_used - 1);
 	__syncthreads();
 	if (!s_last)
 		return;
@@ -377,8 +378,6 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 		const float L = s_L[h];
 		kcu_store(a.out, a.out_dt, hrow * HD + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
 	}
-	if (tid == 0)
-		*cnt = 0; // ready for the next launch
 }
 
 // One CTA per (row, query head), one thread per dim: log-sum-exp merge of

@@ -323,8 +323,10 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 		float s = red[0][i];
 		for (int j = 1; j < nw; j++)
 			s += red[j][i];
+		// __fmul_rn: never contracted into the accumulate below, so that
+		// every instantiation (epilogue or not) rounds alike
 		if ((WK == GW_I8 || WK == GW_F8) && scale)
-			s *= scale[n_scales == 1 ? 0 : row];
+			s = __fmul_rn(s, scale[n_scales == 1 ? 0 : row]);
 		if (EPI == GE_SILU) {
 			fin[EPI == GE_SILU ? i : 0] = s;
 			continue;
@@ -352,16 +354,13 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS)
 		__shared__ int s_last;
 		__threadfence();
 		__syncthreads();
-		if (tid == 0) {
-			const unsigned done = atomicAdd(e.counters + blockIdx.y, 1u);
-			s_last = done == gridDim.x - 1;
-		}
+		// atomicInc wraps to 0 at the last CTA: ready for the next launch
+		if (tid == 0)
+			s_last = atomicInc(e.counters + blockIdx.y, gridDim.x - 1) == gridDim.x - 1;
 		__syncthreads();
 		if (s_last) {
 			__threadfence();
 			gemv_norm_rows(y, n, t0, tn, e);
-			if (tid == 0)
-				e.counters[blockIdx.y] = 0; // ready for the next launch
 		}
 	}
 }

@@ -14,6 +14,9 @@ int kcu_check(cudaError_t e, const char *what)
 {
 	if (e == cudaSuccess)
 		return 0;
+	// clear it (when not sticky): else the next launch check reports it
+	// again, under another kernel's name
+	(void)cudaGetLastError();
 	snprintf(g_last_error, sizeof g_last_error, "%s: %s", what, cudaGetErrorString(e));
 	return ERR_DEVICE;
 }

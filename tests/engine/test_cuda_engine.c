@@ -18,9 +18,11 @@
  *  6. engine_forward_sample (k_sample on the device, graph and eager steps)
  *     against k_sample_ref over engine_forward's logits of the same step;
  *  7. fusion (the norms and the SwiGLU in the GEMV epilogues, the decode
- *     split merge in the attention kernel) against AORTA_CUDA_FUSION=0: the
- *     same logits bits over a prefill and decode at 2 and 1 rows, graphs
- *     and eager, 16-bit and 8-bit weights.
+ *     split merge in the attention kernel) and programmatic dependent launch
+ *     against AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0: the same logits bits
+ *     over a prefill and decode at 2 and 1 rows, graphs and eager, 16-bit
+ *     and 8-bit weights (on a GPU this is where a read before its PDL wait
+ *     would show).
  */
 #include <math.h>
 #include <stdio.h>
@@ -456,12 +458,15 @@ static void fusion_bits(const char *name, const struct model_config *c, enum dty
 			struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
 			o.quantization = quant;
 			o.enforce_eager = eager;
-			if (k == 0)
+			if (k == 0) { /* and no programmatic dependent launch either */
 				setenv("AORTA_CUDA_FUSION", "0", 1);
+				setenv("AORTA_CUDA_PDL", "0", 1);
+			}
 			struct engine *e = NULL;
 			struct diag d = { 0 };
 			int rc = engine_create(m, &o, &e, &d);
 			unsetenv("AORTA_CUDA_FUSION");
+			unsetenv("AORTA_CUDA_PDL");
 			CHECK(rc == 0, "%s: CUDA engine: %s", name, d.msg);
 			if (rc)
 				continue;
@@ -484,7 +489,7 @@ static void fusion_bits(const char *name, const struct model_config *c, enum dty
 		      "(%.9g vs %.9g)", name, eager ? "eager" : "graphs", diff,
 		      diff < 2 * per ? out[1][diff] : 0.0, diff < 2 * per ? out[0][diff] : 0.0);
 		if (diff == 2 * per)
-			printf("%s (%s): fusion on and off give the same logits bits (%zu values)\n",
+			printf("%s (%s): fusion and PDL on and off give the same logits bits (%zu values)\n",
 			       name, eager ? "eager" : "graphs", 2 * per);
 	}
 	free(logits);

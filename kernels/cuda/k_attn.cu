@@ -1,5 +1,6 @@
 // kernels/cuda/k_attn.cu — paged attention on the GPU (kcuda_attn.h):
-// split-KV flash-decoding with a log-sum-exp merge (SIMT, F32 math), and a
+// split-KV flash-decoding with a log-sum-exp merge (SIMT, F32 math; a kernel
+// of its own, or fused into the decode kernel's last split), and a
 // flash-attention-2 style prefill over tiles of query vectors: on tensor
 // cores (mma.sync via kcuda_mma.h, 16-bit Q/K/P/V, F32 accumulation and softmax) for
 // F16, BF16 and FP8 E4M3 (staged as F16) caches, SIMT F32 for F32 caches.

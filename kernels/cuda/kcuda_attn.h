@@ -6,7 +6,8 @@
  *     context is cut into splits (see "Decode splits"); one CTA per
  *     (row, kv head, split) reads each K/V block once for the whole GQA group
  *     of query heads, keeps a running max/sum in F32, writes partial
- *     (max, sum, acc) to the workspace; a second kernel merges the splits.
+ *     (max, sum, acc) to the workspace; a second kernel merges the splits
+ *     (with split_counters, the last split of each row merges them itself).
  *     The grid depends only on n_rows and max_ctx, not on the contexts, so a
  *     step can be captured in a CUDA graph and replayed with other contexts
  *     up to max_ctx.

@@ -454,6 +454,16 @@ static int load_layers(struct cuda_backend *cb, enum dtype quant, struct diag *d
 
 /* ---- activations and the staging area ----------------------------------------- */
 
+/* The fusion counters to zero, and wait for it (at create, after a failed step). */
+static int zero_counters(struct cuda_backend *cb)
+{
+	const size_t attn = (size_t)cb->attn_cnt_rows * (size_t)cb->cfg.n_heads * 4;
+	int rc = k_cuda_memset_async(cb->stream, cb->gemv_cnt, 0, GEMV_COUNTERS * 4);
+	if (!rc)
+		rc = k_cuda_memset_async(cb->stream, cb->attn_cnt, 0, attn);
+	return rc ? rc : k_cuda_stream_sync(cb->stream);
+}
+
 static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 {
 	const struct model_config *c = &cb->cfg;
@@ -507,10 +517,7 @@ static int alloc_activations(struct cuda_backend *cb, struct diag *d)
 	    (rc = k_cuda_host_alloc((void **)&cb->h_logits, (size_t)LOGIT_ROWS * V * 4)))
 		return dev_error(d, rc, "pinned host buffers");
 	memset(cb->h_meta, 0, m->total * 4);
-	if ((rc = k_cuda_memset_async(cb->stream, cb->gemv_cnt, 0, GEMV_COUNTERS * 4)) ||
-	    (rc = k_cuda_memset_async(cb->stream, cb->attn_cnt, 0,
-				      dec_rows * (size_t)c->n_heads * 4)) ||
-	    (rc = k_cuda_stream_sync(cb->stream)))
+	if ((rc = zero_counters(cb)))
 		return dev_error(d, rc, "fusion counters");
 	return 0;
 }
@@ -911,11 +918,7 @@ static bool graph_eligible(const struct cuda_backend *cb, const struct engine_ba
 static int step_failed(struct cuda_backend *cb, int rc)
 {
 	k_cuda_stream_sync(cb->stream);
-	/* a launch cut short may leave a fusion counter counting */
-	const size_t dec_rows = (size_t)cb->attn_cnt_rows;
-	if (k_cuda_memset_async(cb->stream, cb->gemv_cnt, 0, GEMV_COUNTERS * 4) == 0 &&
-	    k_cuda_memset_async(cb->stream, cb->attn_cnt, 0, dec_rows * cb->cfg.n_heads * 4) == 0)
-		k_cuda_stream_sync(cb->stream);
+	zero_counters(cb); /* a launch cut short may leave a fusion counter counting */
 	return rc;
 }
 

@@ -153,6 +153,32 @@ __device__ __forceinline__ void zero8(float f[8])
 		f[i] = 0.0f;
 }
 
+// The log-sum-exp merge of one (row, query head)'s n_used split partials,
+// shared by attn_merge_kernel and the decode kernel's fused merge (so the two
+// give the same bits). One warp, lane i for split i: from the splits'
+// (max, sum) pairs ml, the lane's weight exp(m_i - M) in *w; returns the
+// total L. Partials are read through L2: other CTAs wrote them.
+__device__ __forceinline__ float merge_weight(const float *ml, int n_used, int lane, float *w)
+{
+	const float mi = lane < n_used ? __ldcg(ml + 2 * lane) : -INFINITY;
+	const float li = lane < n_used ? __ldcg(ml + 2 * lane + 1) : 0.0f;
+	const float M = kcu_warp_max(mi);
+	*w = mi == -INFINITY ? 0.0f : expf(mi - M); // M is finite where used
+	return kcu_warp_sum(*w * li);
+}
+
+// Dim d of the merged output: the splits' accumulators acc (hd apart)
+// weighted by sw, over L (0 for an empty context), times v_mul.
+__device__ __forceinline__ float merge_dim(const float *sw, const float *acc, int n_used, int hd,
+					   int d, float L, float v_mul)
+{
+	float A = 0.0f;
+#pragma unroll 4
+	for (int i = 0; i < n_used; i++)
+		A = fmaf(sw[i], __ldcg(acc + (size_t)i * hd + d), A);
+	return L > 0.0f ? A / L * v_mul : 0.0f;
+}
+
 // ---- decode: one CTA per (row, kv head x head chunk, split) ------------------------
 //
 // A warp covers RPW positions at a time, LPR = HD / 8 lanes per position, each
@@ -338,8 +364,7 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 		return;
 
 	// The merge, fused: the last of the row's used splits to finish merges
-	// the chunk's heads, exactly as attn_merge_kernel would (the same warp
-	// collectives over the same values, the same sums in the same order).
+	// the chunk's heads with attn_merge_kernel's merge_weight / merge_dim.
 	// Every thread fences its partials, then one counts the CTA in.
 	__shared__ int s_last;
 	__shared__ float s_w[NH][MAX_SPLITS];
@@ -357,13 +382,7 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	__threadfence();
 	for (int h = warp; h < ng; h += NWARP) {
 		const size_t hrow = (size_t)r * a.n_heads + h0 + h;
-		const float *ml = ws + hrow * g.n_splits * 2;
-		const float mi = lane < n_used ? __ldcg(ml + 2 * lane) : -INFINITY;
-		const float li = lane < n_used ? __ldcg(ml + 2 * lane + 1) : 0.0f;
-		const float M = kcu_warp_max(mi);
-		const float w = mi == -INFINITY ? 0.0f : expf(mi - M);
-		const float L = kcu_warp_sum(w * li);
-		s_w[h][lane] = w;
+		const float L = merge_weight(ws + hrow * g.n_splits * 2, n_used, lane, &s_w[h][lane]);
 		if (lane == 0)
 			s_L[h] = L;
 	}
@@ -371,13 +390,9 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	for (int idx = tid; idx < ng * HD; idx += DEC_THREADS) {
 		const int h = idx / HD, d = idx % HD;
 		const size_t hrow = (size_t)r * a.n_heads + h0 + h;
-		const float *acc_p = ws + n_part * 2 + hrow * g.n_splits * HD;
-		float A = 0.0f;
-#pragma unroll 4
-		for (int i = 0; i < n_used; i++)
-			A = fmaf(s_w[h][i], __ldcg(acc_p + (size_t)i * HD + d), A);
-		const float L = s_L[h];
-		kcu_store(a.out, a.out_dt, hrow * HD + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
+		const float *acc = ws + n_part * 2 + hrow * g.n_splits * HD;
+		kcu_store(a.out, a.out_dt, hrow * HD + d,
+			  merge_dim(s_w[h], acc, n_used, HD, d, s_L[h], g.v_mul));
 	}
 }
 
@@ -402,25 +417,13 @@ __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 	const float *ml = ws + hrow * g.n_splits * 2;
 	const float *acc = ws + n_part * 2 + hrow * g.n_splits * hd;
 	if (threadIdx.x < 32) { // blockDim.x = head_dim >= 64: warp 0 is whole
-		const int i = threadIdx.x;
-		const float mi = i < n_used ? ml[2 * i] : -INFINITY;
-		const float li = i < n_used ? ml[2 * i + 1] : 0.0f;
-		const float M = kcu_warp_max(mi);
-		const float w = mi == -INFINITY ? 0.0f : expf(mi - M); // M is finite here
-		const float L = kcu_warp_sum(w * li);
-		sw[i] = w;
-		if (i == 0)
+		const float L = merge_weight(ml, n_used, (int)threadIdx.x, &sw[threadIdx.x]);
+		if (threadIdx.x == 0)
 			s_l = L;
 	}
 	__syncthreads();
-	const float L = s_l;
-	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-		float A = 0.0f;
-#pragma unroll 4
-		for (int i = 0; i < n_used; i++)
-			A = fmaf(sw[i], acc[(size_t)i * hd + d], A);
-		kcu_store(a.out, a.out_dt, hrow * hd + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
-	}
+	for (int d = threadIdx.x; d < hd; d += blockDim.x)
+		kcu_store(a.out, a.out_dt, hrow * hd + d, merge_dim(sw, acc, n_used, hd, d, s_l, g.v_mul));
 }
 
 // ---- prefill: one CTA per (query tile of one sequence, kv head x head chunk) ----

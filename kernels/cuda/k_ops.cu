@@ -169,10 +169,6 @@ __global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, 
 		kcu_store(out, out_dt, ob + (size_t)i, xr[i] * inv * w[i]);
 }
 
-static unsigned norm_threads(int n)
-{
-	return kcu_norm_threads(n);
-}
 
 extern "C" int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const float *d_w,
 			     int n_rows, int hidden, float eps, void *d_out, enum dtype out_dt)
@@ -187,7 +183,7 @@ extern "C" int k_add_rmsnorm(void *stream, float *d_x, const float *d_add, const
 	if (!d_x || !d_w || !d_out)
 		return ERR_INVAL;
 	return kcu_launch_pdl("k_add_rmsnorm", rmsnorm_kernel, dim3((unsigned)n_rows),
-			      dim3(norm_threads(hidden)), 0, (cudaStream_t)stream, d_x, d_add,
+			      dim3(kcu_norm_threads(hidden)), 0, (cudaStream_t)stream, d_x, d_add,
 			      (const int32_t *)NULL, d_w, hidden, eps, d_out, out_dt);
 }
 
@@ -206,7 +202,7 @@ extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_r
 		return ERR_INVAL;
 	// Without add the kernel never writes x: the cast only shares the kernel.
 	return kcu_launch_pdl("k_rmsnorm_rows", rmsnorm_kernel, dim3((unsigned)n_out),
-			      dim3(norm_threads(hidden)), 0, (cudaStream_t)stream, (float *)d_x,
+			      dim3(kcu_norm_threads(hidden)), 0, (cudaStream_t)stream, (float *)d_x,
 			      (const float *)NULL, d_rows, d_w, hidden, eps, d_out, out_dt);
 }
 

@@ -616,6 +616,19 @@ static int gemv_max_t(const struct cu_w *w)
 	return w16 ? GEMV16_MAX_T : w->dt == DT_Q8_0 ? Q8_GEMV_MAX_T : W8_GEMV_MAX_T;
 }
 
+/* Whether a projection of t rows with w runs W8A8 in matmul (per-token codes
+ * of its input, then k_gemm_w8a8): INT8 / FP8 weights past the GEMV rows,
+ * shapes cuBLASLt's 8-bit kernels take, FP8 only with FP8 tensor cores. */
+static bool w8a8_path(const struct cuda_backend *cb, const struct cu_w *w, int t)
+{
+	if (t <= gemv_max_t(w) || (w->dt != DT_I8 && w->dt != DT_F8_E4M3))
+		return false;
+	return w->n % 16 == 0 && w->k % 16 == 0 && (w->dt == DT_I8 || cb->props.has_fp8);
+}
+
+/* x NULL: the input's per-token codes are in xq / xq_scale already (a
+ * W8A8 projection only, w8a8_path); ERR_UNSUPPORTED then means the GEMM
+ * turned the shape down and wants the 16-bit rows (project). */
 static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, int t, float *y,
 		  int accumulate)
 {
@@ -635,19 +648,44 @@ static int matmul(struct cuda_backend *cb, const struct cu_w *w, const void *x, 
 	}
 	if (w16)
 		return k_gemm(cb->blas, w->d, w->dt, w->n, w->k, x, t, y, accumulate);
-	if (w->dt == DT_Q8_0)
+	/* Q8_0; cuBLASLt's 8-bit kernels want n and k multiples of 16 (e.g. not
+	 * an 8-bit LM head over a ragged vocabulary) and FP8 tensor cores for FP8 */
+	if (!w8a8_path(cb, w, t))
 		return dequant_gemm(cb, w, x, t, y, accumulate);
-	/* cuBLASLt's 8-bit kernels want n and k multiples of 16 (e.g. not an
-	 * 8-bit LM head over a ragged vocabulary) and FP8 tensor cores for FP8 */
-	if (w->n % 16 || w->k % 16 || (w->dt == DT_F8_E4M3 && !cb->props.has_fp8))
-		return dequant_gemm(cb, w, x, t, y, accumulate);
-	int rc = k_quant_rows(cb->stream, x, cb->gdt, t, w->k, w->dt, cb->xq, cb->xq_scale);
+	int rc = x ? k_quant_rows(cb->stream, x, cb->gdt, t, w->k, w->dt, cb->xq, cb->xq_scale) : 0;
 	if (!rc)
 		rc = k_gemm_w8a8(cb->blas, w->d, w->dt, w->d_scale, w->n, w->n, w->k, cb->xq,
 				 cb->xq_scale, t, y, accumulate);
-	if (rc == ERR_UNSUPPORTED) /* n or k not a multiple of 16 */
+	if (rc == ERR_UNSUPPORTED && x) /* the GEMM refused the shape */
 		rc = dequant_gemm(cb, w, x, t, y, accumulate);
 	return rc;
+}
+
+/* A projection's input: the 16-bit rows at x, or (quantized) their
+ * per-token codes in xq / xq_scale, which the kernel that made them wrote
+ * instead of x (k_rmsnorm_quant, k_silu_mul_quant: the W8A8 prefill of
+ * 8-bit weights, with fusion on). If the GEMM then turns the shape down
+ * after all, x is made: the norm of the residual x with remake_norm, or
+ * (NULL) SwiGLU of gu. */
+struct proj_in {
+	const void *x;
+	bool quantized;
+	const float *remake_norm;
+};
+
+static int project(struct cuda_backend *cb, const struct cu_w *w, const struct proj_in *in, int t,
+		   float *y, int accumulate)
+{
+	if (!in->quantized)
+		return matmul(cb, w, in->x, t, y, accumulate);
+	int rc = matmul(cb, w, NULL, t, y, accumulate);
+	if (rc != ERR_UNSUPPORTED)
+		return rc;
+	const struct model_config *c = &cb->cfg;
+	rc = in->remake_norm ? k_add_rmsnorm(cb->stream, cb->x, NULL, in->remake_norm, t, c->hidden,
+					     c->rms_eps, cb->xn, cb->gdt)
+			     : k_silu_mul(cb->stream, cb->gu, t, c->ffn, cb->act, cb->gdt);
+	return rc ? rc : matmul(cb, w, in->x, t, y, accumulate);
 }
 
 /* The projection with its epilogue fused (k_gemv_epi) when fusion is on and
@@ -667,38 +705,69 @@ static int try_fused(struct cuda_backend *cb, const struct cu_w *w, const void *
 	return rc;
 }
 
-/* x += a W^T, then xn = rmsnorm(x) * norm_w (norm_w NULL: no norm). */
-static int proj_add_norm(struct cuda_backend *cb, const struct cu_w *w, const void *a, int t,
-			 const float *norm_w)
+/* xn = rmsnorm(x) * norm_w, the input of projection next: as its per-token
+ * codes (k_rmsnorm_quant) when next runs W8A8 and fusion is on, else the
+ * 16-bit rows. */
+static int norm_for(struct cuda_backend *cb, const float *norm_w, int t, const struct cu_w *next,
+		    struct proj_in *in)
+{
+	const struct model_config *c = &cb->cfg;
+	*in = (struct proj_in){ .x = cb->xn, .remake_norm = norm_w };
+	if (cb->fuse && w8a8_path(cb, next, t)) {
+		int rc = k_rmsnorm_quant(cb->stream, cb->x, norm_w, t, c->hidden, c->rms_eps, cb->gdt,
+					 next->dt, cb->xq, cb->xq_scale);
+		if (rc != ERR_UNSUPPORTED) {
+			in->quantized = !rc;
+			return rc;
+		}
+	}
+	return k_add_rmsnorm(cb->stream, cb->x, NULL, norm_w, t, c->hidden, c->rms_eps, cb->xn,
+			     cb->gdt);
+}
+
+/* x += in W^T, then the input of projection next: rmsnorm(x) * norm_w
+ * (norm_w NULL: no norm, next and *out unused). */
+static int proj_add_norm(struct cuda_backend *cb, const struct cu_w *w, const struct proj_in *in,
+			 int t, const float *norm_w, const struct cu_w *next, struct proj_in *out)
 {
 	bool fused = false;
 	int rc = 0;
-	if (norm_w) {
+	if (norm_w && !in->quantized) {
 		const struct k_gemv_epi e = {
 			.kind = K_GEMV_EPI_RMSNORM, .out = cb->xn, .out_dt = cb->gdt,
 			.norm_w = norm_w, .eps = cb->cfg.rms_eps, .counters = cb->gemv_cnt,
 		};
-		if ((rc = try_fused(cb, w, a, t, cb->x, &e, &fused)) || fused)
+		*out = (struct proj_in){ .x = cb->xn, .remake_norm = norm_w };
+		if ((rc = try_fused(cb, w, in->x, t, cb->x, &e, &fused)) || fused)
 			return rc;
 	}
-	if ((rc = matmul(cb, w, a, t, cb->x, 1)) || !norm_w)
+	if ((rc = project(cb, w, in, t, cb->x, 1)) || !norm_w)
 		return rc;
-	return k_add_rmsnorm(cb->stream, cb->x, NULL, norm_w, t, cb->cfg.hidden, cb->cfg.rms_eps,
-			     cb->xn, cb->gdt);
+	return norm_for(cb, norm_w, t, next, out);
 }
 
-/* act = silu(gate) * up of xn W_gu^T. */
-static int proj_swiglu(struct cuda_backend *cb, const struct cu_w *w, int t)
+/* silu(gate) * up of in W_gu^T, the input of projection next (down). */
+static int proj_swiglu(struct cuda_backend *cb, const struct cu_w *w, const struct proj_in *in,
+		       int t, const struct cu_w *next, struct proj_in *out)
 {
 	const struct k_gemv_epi e = {
 		.kind = K_GEMV_EPI_SILU_MUL, .out = cb->act, .out_dt = cb->gdt,
 	};
-	bool fused;
-	int rc = try_fused(cb, w, cb->xn, t, NULL, &e, &fused);
+	*out = (struct proj_in){ .x = cb->act };
+	bool fused = false;
+	int rc = in->quantized ? 0 : try_fused(cb, w, in->x, t, NULL, &e, &fused);
 	if (rc || fused)
 		return rc;
-	if ((rc = matmul(cb, w, cb->xn, t, cb->gu, 0)))
+	if ((rc = project(cb, w, in, t, cb->gu, 0)))
 		return rc;
+	if (cb->fuse && w8a8_path(cb, next, t)) {
+		rc = k_silu_mul_quant(cb->stream, cb->gu, t, cb->cfg.ffn, cb->gdt, next->dt, cb->xq,
+				      cb->xq_scale);
+		if (rc != ERR_UNSUPPORTED) {
+			out->quantized = !rc;
+			return rc;
+		}
+	}
 	return k_silu_mul(cb->stream, cb->gu, t, cb->cfg.ffn, cb->act, cb->gdt);
 }
 
@@ -712,9 +781,9 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 	const struct model_config *c = &cb->cfg;
 	const int32_t *dm = cb->d_meta;
 	int rc = k_embed(cb->stream, cb->embd, cb->gdt, c->hidden, dm + cb->meta.tokens, t, cb->x);
-	if (!rc) /* later layers' input norms end the layer before (proj_add_norm) */
-		rc = k_add_rmsnorm(cb->stream, cb->x, NULL, cb->layers[0].attn_norm, t, c->hidden,
-				   c->rms_eps, cb->xn, cb->gdt);
+	struct proj_in in; /* the QKV input; later layers' end the layer before (proj_add_norm) */
+	if (!rc)
+		rc = norm_for(cb, cb->layers[0].attn_norm, t, &cb->layers[0].qkv, &in);
 	for (int l = 0; l < c->n_layers && !rc; l++) {
 		const struct cu_layer *L = &cb->layers[l];
 		char *k_pool = (char *)cb->kv + (size_t)(2 * l) * cb->kv_layer_bytes;
@@ -742,13 +811,16 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 			.workspace_bytes = cb->attn_ws_bytes,
 			.split_counters = cb->fuse ? cb->attn_cnt : NULL,
 		};
-		const float *next_norm = l + 1 < c->n_layers ? cb->layers[l + 1].attn_norm : NULL;
-		if ((rc = matmul(cb, &L->qkv, cb->xn, t, cb->qkv, 0)) ||
+		const struct cu_layer *N = l + 1 < c->n_layers ? &cb->layers[l + 1] : NULL;
+		const struct proj_in attn_in = { .x = cb->attn };
+		struct proj_in ffn_in, down_in;
+		if ((rc = project(cb, &L->qkv, &in, t, cb->qkv, 0)) ||
 		    (rc = k_qkv_rope_store(cb->stream, &qa)) ||
 		    (rc = decode ? k_attn_decode(cb->stream, &aa) : k_attn_prefill(cb->stream, &aa)) ||
-		    (rc = proj_add_norm(cb, &L->o, cb->attn, t, L->ffn_norm)) ||
-		    (rc = proj_swiglu(cb, &L->gu, t)) ||
-		    (rc = proj_add_norm(cb, &L->down, cb->act, t, next_norm)))
+		    (rc = proj_add_norm(cb, &L->o, &attn_in, t, L->ffn_norm, &L->gu, &ffn_in)) ||
+		    (rc = proj_swiglu(cb, &L->gu, &ffn_in, t, &L->down, &down_in)) ||
+		    (rc = proj_add_norm(cb, &L->down, &down_in, t, N ? N->attn_norm : NULL,
+					N ? &N->qkv : NULL, &in)))
 			break;
 	}
 	if (!rc && n_out > 0)

@@ -53,18 +53,19 @@ __device__ __forceinline__ void store4(void *p, enum dtype dt, size_t i, float4 
 	}
 }
 
-// Sum of v over the block (blockDim.x a multiple of 32, every thread calls
-// it). sh: 32 floats of shared memory, free again when this returns.
-__device__ float block_sum(float v, float *sh)
+// Sum (MAX: largest, by fmaxf) of v over the block (blockDim.x a multiple
+// of 32, every thread calls it). sh: 32 floats of shared memory, free again
+// when this returns.
+template <bool MAX> __device__ float block_reduce(float v, float *sh)
 {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	v = kcu_warp_sum(v);
+	v = MAX ? kcu_warp_max(v) : kcu_warp_sum(v);
 	if (lane == 0)
 		sh[warp] = v;
 	__syncthreads();
 	if (warp == 0) {
 		v = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0f;
-		v = kcu_warp_sum(v);
+		v = MAX ? kcu_warp_max(v) : kcu_warp_sum(v);
 		if (lane == 0)
 			sh[0] = v;
 	}
@@ -72,6 +73,11 @@ __device__ float block_sum(float v, float *sh)
 	v = sh[0];
 	__syncthreads(); // every thread has read sh[0] before sh is reused
 	return v;
+}
+
+__device__ __forceinline__ float block_sum(float v, float *sh)
+{
+	return block_reduce<false>(v, sh);
 }
 
 static unsigned round_up32(size_t n)
@@ -111,29 +117,13 @@ extern "C" int k_embed(void *stream, const void *d_table, enum dtype table_dt, i
 
 // ---- RMSNorm (with the residual add, or gathered) ----------------------------
 
-// One CTA per output row. Input row = rows ? rows[blockIdx.x] : blockIdx.x.
-// If add: x[row] += add[row] (written back). Then out = x * inv_rms * w with
-// the sum of squares in F32 (block-wide). The same thread reads in the second
-// pass exactly the elements it wrote in the first, so out may equal x (F32,
-// not gathered). Rows whose pointers are aligned run float4 loads with a
-// scalar tail; others run scalar.
-__global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, const float *w,
-			       int n, float eps, void *out, enum dtype out_dt)
+// 1 / rms of row xr (n floats, after xr += ar when ar): the sum of squares
+// in float4 steps over the first nv groups of 4 (kcu_sumsq4), then the
+// scalar tail, then block_sum. rmsnorm_kernel and rmsnorm_quant_kernel
+// both take it, so their sums agree bit for bit for the same nv.
+__device__ float row_inv_rms(float *xr, const float *ar, int n, int nv, float eps, float *sh)
 {
-	__shared__ float sh[32];
-	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
-	kcu_pdl_wait();
-	const size_t r_out = blockIdx.x;
-	const size_t r_in = rows ? (size_t)rows[r_out] : r_out;
-	float *xr = x + r_in * (size_t)n;
-	const float *ar = add ? add + r_in * (size_t)n : NULL;
-	const size_t ob = r_out * (size_t)n; // element offset of the output row
-	const size_t osz = dt_size(out_dt);
-	const bool vec = aligned(xr, 16) && (!ar || aligned(ar, 16)) && aligned(w, 16) &&
-			 aligned((const char *)out + ob * osz, 4 * osz);
-	const int nv = vec ? n / 4 : 0;
 	const int tid = threadIdx.x, bd = blockDim.x;
-
 	float ss = 0.0f;
 	for (int j = tid; j < nv; j += bd) {
 		float4 v = ((const float4 *)xr)[j];
@@ -156,14 +146,42 @@ __global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, 
 		ss += v * v;
 	}
 	ss = block_sum(ss, sh);
-	const float inv = kcu_inv_rms(ss, n, eps);
+	return kcu_inv_rms(ss, n, eps);
+}
+
+// x * inv * w for 4 values (rmsnorm_kernel's products, in this order).
+__device__ __forceinline__ float4 norm4(float4 v, float inv, float4 g)
+{
+	return make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+}
+
+// One CTA per output row. Input row = rows ? rows[blockIdx.x] : blockIdx.x.
+// If add: x[row] += add[row] (written back). Then out = x * inv_rms * w with
+// the sum of squares in F32 (block-wide). The same thread reads in the second
+// pass exactly the elements it wrote in the first, so out may equal x (F32,
+// not gathered). Rows whose pointers are aligned run float4 loads with a
+// scalar tail; others run scalar.
+__global__ void rmsnorm_kernel(float *x, const float *add, const int32_t *rows, const float *w,
+			       int n, float eps, void *out, enum dtype out_dt)
+{
+	__shared__ float sh[32];
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
+	const size_t r_out = blockIdx.x;
+	const size_t r_in = rows ? (size_t)rows[r_out] : r_out;
+	float *xr = x + r_in * (size_t)n;
+	const float *ar = add ? add + r_in * (size_t)n : NULL;
+	const size_t ob = r_out * (size_t)n; // element offset of the output row
+	const size_t osz = dt_size(out_dt);
+	const bool vec = aligned(xr, 16) && (!ar || aligned(ar, 16)) && aligned(w, 16) &&
+			 aligned((const char *)out + ob * osz, 4 * osz);
+	const int nv = vec ? n / 4 : 0;
+	const int tid = threadIdx.x, bd = blockDim.x;
+	const float inv = row_inv_rms(xr, ar, n, nv, eps, sh);
 
 	for (int j = tid; j < nv; j += bd) {
 		float4 v = ((const float4 *)xr)[j];
-		float4 g = ((const float4 *)w)[j];
-		float4 o = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z,
-				       v.w * inv * g.w);
-		store4(out, out_dt, ob + 4 * (size_t)j, o);
+		store4(out, out_dt, ob + 4 * (size_t)j, norm4(v, inv, ((const float4 *)w)[j]));
 	}
 	for (int i = 4 * nv + tid; i < n; i += bd)
 		kcu_store(out, out_dt, ob + (size_t)i, xr[i] * inv * w[i]);
@@ -396,6 +414,200 @@ extern "C" int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, 
 	dim3 grid((unsigned)n_rows, (unsigned)chunks);
 	return kcu_launch_pdl("k_silu_mul", silu_mul_kernel, grid, dim3(SILU_THREADS), 0,
 			      (cudaStream_t)stream, d_gu, ffn, d_out, out_dt);
+}
+
+// ---- RMSNorm and SiLU·mul straight to per-token codes -------------------------
+//
+// For the W8A8 prefill (kcuda_quant.h): the out_dt rows the two kernels
+// above would write are quantized per row, as k_quant_rows quantizes them,
+// and only the codes and the row scales are written. A CTA owns a row: it
+// computes the results as those kernels do, rounds them to out_dt, takes
+// the largest |rounded value| (block_reduce<true>; fmaxf skips NaN, as
+// k_quant_rows does), then the codes of the same rounded values
+// (kcu_quant_one). Max is exact in any order, so the scale is k_quant_rows'
+// bit for bit.
+
+// v rounded to dt (nearest even), back as float: what kcu_store keeps.
+__device__ __forceinline__ float round_to(enum dtype dt, float v)
+{
+	if (dt == DT_F16)
+		return __half2float(__float2half_rn(v));
+	if (dt == DT_BF16)
+		return __bfloat162float(__float2bfloat16_rn(v));
+	return v;
+}
+
+__device__ __forceinline__ float amax4(float m, float4 v)
+{
+	return fmaxf(fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+
+__device__ __forceinline__ float4 round4(enum dtype dt, float4 v)
+{
+	return make_float4(round_to(dt, v.x), round_to(dt, v.y), round_to(dt, v.z),
+			   round_to(dt, v.w));
+}
+
+// Codes of 4 values, lowest first, at q (4-byte aligned when vec).
+template <bool FP8>
+__device__ __forceinline__ void put_codes4(uint8_t *q, float4 v, float s, float inv)
+{
+	const uint32_t c = (uint32_t)kcu_quant_one<FP8>(v.x, s, inv) |
+			   (uint32_t)kcu_quant_one<FP8>(v.y, s, inv) << 8 |
+			   (uint32_t)kcu_quant_one<FP8>(v.z, s, inv) << 16 |
+			   (uint32_t)kcu_quant_one<FP8>(v.w, s, inv) << 24;
+	*(uint32_t *)q = c;
+}
+
+// rmsnorm_kernel without add, not gathered, then the codes. Its float4
+// choice is rmsnorm_kernel's for an output at an aligned base (row offset
+// a multiple of 4), so the sums, and then every product, are the same. The
+// codes pass recomputes the products (L1 hits) instead of keeping them.
+template <bool FP8>
+__global__ void rmsnorm_quant_kernel(const float *x, const float *w, int n, float eps,
+				     enum dtype out_dt, uint8_t *xq, float *scale)
+{
+	__shared__ float sh[32];
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
+	const size_t r = blockIdx.x, ob = r * (size_t)n;
+	float *xr = (float *)x + ob; // row_inv_rms only reads it (no add)
+	const bool vec = aligned(xr, 16) && aligned(w, 16) && ob % 4 == 0;
+	const int nv = vec ? n / 4 : 0;
+	const int tid = threadIdx.x, bd = blockDim.x;
+	const float inv = row_inv_rms(xr, NULL, n, nv, eps, sh);
+	const float4 *x4 = (const float4 *)xr, *w4 = (const float4 *)w;
+
+	float m = 0.0f;
+	for (int j = tid; j < nv; j += bd)
+		m = amax4(m, round4(out_dt, norm4(x4[j], inv, w4[j])));
+	for (int i = 4 * nv + tid; i < n; i += bd)
+		m = fmaxf(m, fabsf(round_to(out_dt, xr[i] * inv * w[i])));
+	const float s = kcu_quant_scale<FP8>(block_reduce<true>(m, sh));
+	const float qi = kcu_quant_inv(s);
+	if (tid == 0)
+		scale[r] = s;
+
+	uint8_t *q = xq + ob;
+	const int nq = aligned(q, 4) ? nv : 0; // float4 steps that store 4 codes at once
+	for (int j = tid; j < nq; j += bd)
+		put_codes4<FP8>(q + 4 * (size_t)j, round4(out_dt, norm4(x4[j], inv, w4[j])), s, qi);
+	for (int j = nq + tid; j < nv; j += bd) {
+		const float4 o = round4(out_dt, norm4(x4[j], inv, w4[j]));
+		q[4 * j] = kcu_quant_one<FP8>(o.x, s, qi);
+		q[4 * j + 1] = kcu_quant_one<FP8>(o.y, s, qi);
+		q[4 * j + 2] = kcu_quant_one<FP8>(o.z, s, qi);
+		q[4 * j + 3] = kcu_quant_one<FP8>(o.w, s, qi);
+	}
+	for (int i = 4 * nv + tid; i < n; i += bd)
+		q[i] = kcu_quant_one<FP8>(round_to(out_dt, xr[i] * inv * w[i]), s, qi);
+}
+
+extern "C" int k_rmsnorm_quant(void *stream, const float *d_x, const float *d_w, int n_rows,
+			       int hidden, float eps, enum dtype out_dt, enum dtype q_dt,
+			       void *d_xq, float *d_scale)
+{
+	if (n_rows < 0 || hidden <= 0 || !(eps >= 0.0f))
+		return ERR_INVAL;
+	int rc = check_dt(out_dt);
+	if (rc)
+		return rc;
+	if (q_dt != DT_F8_E4M3 && q_dt != DT_I8)
+		return (int)q_dt >= 0 && (int)q_dt < (int)DT__COUNT ? ERR_UNSUPPORTED : ERR_INVAL;
+	if (n_rows == 0)
+		return 0;
+	if (!d_x || !d_w || !d_xq || !d_scale)
+		return ERR_INVAL;
+	const dim3 grid((unsigned)n_rows), block(kcu_norm_threads(hidden));
+	const cudaStream_t st = (cudaStream_t)stream;
+	uint8_t *q = (uint8_t *)d_xq;
+	if (q_dt == DT_F8_E4M3)
+		return kcu_launch_pdl("k_rmsnorm_quant", rmsnorm_quant_kernel<true>, grid, block, 0,
+				      st, d_x, d_w, hidden, eps, out_dt, q, d_scale);
+	return kcu_launch_pdl("k_rmsnorm_quant", rmsnorm_quant_kernel<false>, grid, block, 0, st,
+			      d_x, d_w, hidden, eps, out_dt, q, d_scale);
+}
+
+// silu_mul_kernel's values for one row per CTA, kept rounded (in out_dt) in
+// shared memory between the amax and the codes: SiLU, the costly part, is
+// computed once.
+template <bool FP8>
+__global__ void __launch_bounds__(SILU_THREADS)
+    silu_quant_kernel(const float *gu, int ffn, enum dtype out_dt, uint8_t *xq, float *scale)
+{
+	extern __shared__ float4 silu_row4[]; // ffn values in out_dt
+	void *row = silu_row4;
+	__shared__ float sh[32];
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
+	const size_t r = blockIdx.x;
+	const float *g = gu + r * 2 * (size_t)ffn, *u = g + ffn;
+	uint8_t *q = xq + r * (size_t)ffn;
+	const int tid = threadIdx.x;
+	const int nv = aligned(g, 16) && aligned(u, 16) && aligned(q, 4) ? ffn / 4 : 0;
+	const float4 *g4 = (const float4 *)g, *u4 = (const float4 *)u;
+
+	float m = 0.0f;
+	for (int j = tid; j < nv; j += SILU_THREADS) {
+		const float4 a = g4[j], b = u4[j];
+		const float4 o = round4(out_dt, make_float4(silu_mul1(a.x, b.x), silu_mul1(a.y, b.y),
+							    silu_mul1(a.z, b.z), silu_mul1(a.w, b.w)));
+		kcu_store(row, out_dt, 4 * (size_t)j, o.x); // exact: already rounded
+		kcu_store(row, out_dt, 4 * (size_t)j + 1, o.y);
+		kcu_store(row, out_dt, 4 * (size_t)j + 2, o.z);
+		kcu_store(row, out_dt, 4 * (size_t)j + 3, o.w);
+		m = amax4(m, o);
+	}
+	for (int i = 4 * nv + tid; i < ffn; i += SILU_THREADS) {
+		const float o = round_to(out_dt, silu_mul1(g[i], u[i]));
+		kcu_store(row, out_dt, (size_t)i, o);
+		m = fmaxf(m, fabsf(o));
+	}
+	const float s = kcu_quant_scale<FP8>(block_reduce<true>(m, sh));
+	const float qi = kcu_quant_inv(s);
+	if (tid == 0)
+		scale[r] = s;
+	// each thread reads back only the values it stored itself
+	for (int j = tid; j < nv; j += SILU_THREADS) {
+		const size_t i = 4 * (size_t)j;
+		put_codes4<FP8>(q + i,
+				make_float4(kcu_load(row, out_dt, i), kcu_load(row, out_dt, i + 1),
+					    kcu_load(row, out_dt, i + 2), kcu_load(row, out_dt, i + 3)),
+				s, qi);
+	}
+	for (int i = 4 * nv + tid; i < ffn; i += SILU_THREADS)
+		q[i] = kcu_quant_one<FP8>(kcu_load(row, out_dt, (size_t)i), s, qi);
+}
+
+#define SILU_QUANT_MAX_SMEM (160 << 10) // a row of ffn 81920 in 16 bits; H100/H200 allow 227 KB
+
+extern "C" int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int ffn,
+				enum dtype out_dt, enum dtype q_dt, void *d_xq, float *d_scale)
+{
+	if (n_rows < 0 || ffn <= 0)
+		return ERR_INVAL;
+	int rc = check_dt(out_dt);
+	if (rc)
+		return rc;
+	if (q_dt != DT_F8_E4M3 && q_dt != DT_I8)
+		return (int)q_dt >= 0 && (int)q_dt < (int)DT__COUNT ? ERR_UNSUPPORTED : ERR_INVAL;
+	const size_t smem = (size_t)ffn * (out_dt == DT_F32 ? 4 : 2);
+	if (smem > SILU_QUANT_MAX_SMEM)
+		return ERR_UNSUPPORTED;
+	if (n_rows == 0)
+		return 0;
+	if (!d_gu || !d_xq || !d_scale)
+		return ERR_INVAL;
+	void (*kern)(const float *, int, enum dtype, uint8_t *, float *) =
+		q_dt == DT_F8_E4M3 ? silu_quant_kernel<true> : silu_quant_kernel<false>;
+	if (smem > (48u << 10) &&
+	    (rc = kcu_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						 (int)smem),
+			    "k_silu_mul_quant: shared memory")))
+		return rc == ERR_DEVICE ? ERR_UNSUPPORTED : rc;
+	return kcu_launch_pdl("k_silu_mul_quant", kern, dim3((unsigned)n_rows), dim3(SILU_THREADS),
+			      smem, (cudaStream_t)stream, d_gu, ffn, out_dt, (uint8_t *)d_xq,
+			      d_scale);
 }
 
 // ---- argmax ------------------------------------------------------------------

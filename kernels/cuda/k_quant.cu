@@ -456,42 +456,12 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 		m = fmaxf(m, fabsf(kcu_load(x, x_dt, base + i)));
 	const float amax = block_amax(m, red);
 
-	if (FP8) {
-		const float s = __fdiv_rn(amax, 448.0f);
-		const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
-		if (threadIdx.x == 0)
-			scale[blockIdx.x] = s;
-		for (int i = threadIdx.x; i < k; i += QUANT_THREADS) {
-			const float v = kcu_load(x, x_dt, base + i);
-			xq[base + i] = s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(
-			                              __fmul_rn(v, inv), __NV_SATFINITE, __NV_E4M3)
-			                        : (uint8_t)0;
-		}
-	} else {
-		const float s = __fdiv_rn(amax, 127.0f);
-		const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
-		if (threadIdx.x == 0)
-			scale[blockIdx.x] = s;
-		for (int i = threadIdx.x; i < k; i += QUANT_THREADS) {
-			float v = __fmul_rn(kcu_load(x, x_dt, base + i), inv);
-			v = v > -127.0f ? v : -127.0f;
-			v = v < 127.0f ? v : 127.0f;
-			xq[base + i] = (uint8_t)(int8_t)__float2int_rn(v);
-		}
-	}
-}
-
-// One code by the rules above (s and inv from the row's amax).
-template <bool FP8> __device__ __forceinline__ uint8_t quant_one(float v, float s, float inv)
-{
-	if (FP8)
-		return s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(v, inv), __NV_SATFINITE,
-		                                                 __NV_E4M3)
-		                : (uint8_t)0;
-	v = __fmul_rn(v, inv);
-	v = v > -127.0f ? v : -127.0f;
-	v = v < 127.0f ? v : 127.0f;
-	return (uint8_t)(int8_t)__float2int_rn(v);
+	const float s = kcu_quant_scale<FP8>(amax);
+	const float inv = kcu_quant_inv(s);
+	if (threadIdx.x == 0)
+		scale[blockIdx.x] = s;
+	for (int i = threadIdx.x; i < k; i += QUANT_THREADS)
+		xq[base + i] = kcu_quant_one<FP8>(kcu_load(x, x_dt, base + i), s, inv);
 }
 
 // The same for 16-bit X with k a multiple of 8 and 16-byte aligned rows:
@@ -528,8 +498,8 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 			m = fmaxf(m, fabsf(f[i]));
 	}
 	const float amax = block_amax(m, red);
-	const float s = __fdiv_rn(amax, FP8 ? 448.0f : 127.0f);
-	const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+	const float s = kcu_quant_scale<FP8>(amax);
+	const float inv = kcu_quant_inv(s);
 	if (threadIdx.x == 0)
 		scale[blockIdx.x] = s;
 	for (g = threadIdx.x; g < ng; g += QUANT_THREADS) {
@@ -538,8 +508,8 @@ __global__ void __launch_bounds__(QUANT_THREADS)
 		uint32_t lo = 0, hi = 0;
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
-			lo |= (uint32_t)quant_one<FP8>(f[i], s, inv) << (8 * i);
-			hi |= (uint32_t)quant_one<FP8>(f[4 + i], s, inv) << (8 * i);
+			lo |= (uint32_t)kcu_quant_one<FP8>(f[i], s, inv) << (8 * i);
+			hi |= (uint32_t)kcu_quant_one<FP8>(f[4 + i], s, inv) << (8 * i);
 		}
 		out[g] = make_uint2(lo, hi);
 	}

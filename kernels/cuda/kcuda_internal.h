@@ -100,6 +100,35 @@ __device__ __forceinline__ float kcu_sumsq4(float ss, float4 v)
 	return ss + q;
 }
 
+// Per-token quantization of one value v of a row whose scale is s (amax /
+// 448 for FP8 E4M3, amax / 127 for INT8) and inv = 1 / s (0 when s is 0):
+// the CPU's rules (kernels/cpu/quant.c), shared by k_quant_rows and the
+// kernels that quantize their own output rows (k_rmsnorm_quant,
+// k_silu_mul_quant), so that they give the same codes.
+template <bool FP8> __device__ __forceinline__ uint8_t kcu_quant_one(float v, float s, float inv)
+{
+	if (FP8)
+		return s > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(v, inv), __NV_SATFINITE,
+								 __NV_E4M3)
+				: (uint8_t)0;
+	v = __fmul_rn(v, inv);
+	v = v > -127.0f ? v : -127.0f;
+	v = v < 127.0f ? v : 127.0f;
+	return (uint8_t)(int8_t)__float2int_rn(v);
+}
+
+// A row's scale from its largest |value|: amax / 448 (FP8 E4M3) or / 127.
+template <bool FP8> __device__ __forceinline__ float kcu_quant_scale(float amax)
+{
+	return __fdiv_rn(amax, FP8 ? 448.0f : 127.0f);
+}
+
+// 1 / s, or 0 for an all-zero row (s == 0: every code is 0).
+__device__ __forceinline__ float kcu_quant_inv(float s)
+{
+	return s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+}
+
 // 1 / rms from the sum of squares of n values (eps inside the sqrt).
 __device__ __forceinline__ float kcu_inv_rms(float ss, int n, float eps)
 {

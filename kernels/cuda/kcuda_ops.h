@@ -1,6 +1,7 @@
 /* kernels/cuda/kcuda_ops.h — the elementwise and per-row kernels of the CUDA
  * forward pass: embedding gather, residual add fused with RMSNorm, Q/K/V
- * post-processing fused with RoPE and the paged KV write, SwiGLU, argmax.
+ * post-processing fused with RoPE and the paged KV write, SwiGLU, the norm
+ * and SwiGLU fused with per-token quantization, argmax.
  *
  * Plain C launchers (no CUDA header here). Each takes a stream (NULL = the
  * default stream), checks its arguments (ERR_INVAL), launches, and checks
@@ -91,6 +92,20 @@ int k_qkv_rope_store(void *stream, const struct k_qkv_args *a);
  * d_out is [n_rows, ffn] in out_dt. */
 int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, void *d_out,
 	       enum dtype out_dt);
+
+/* For the W8A8 prefill (kcuda_quant.h): k_add_rmsnorm without d_add (d_x
+ * is only read) and k_silu_mul, each followed by per-token quantization of
+ * the out_dt rows it would have written. Only the codes d_xq [n_rows, n]
+ * (one byte each, n = hidden or ffn) and the row scales d_scale[n_rows] are
+ * written: bit for bit what k_quant_rows(rows, out_dt, n_rows, n, q_dt)
+ * gives on the rows those kernels write to an aligned buffer, without
+ * writing or reading the rows themselves. q_dt DT_F8_E4M3 or DT_I8 (another
+ * known dtype: ERR_UNSUPPORTED). k_silu_mul_quant keeps a row in shared
+ * memory: ffn * 2 bytes (4 for DT_F32) up to 160 KB, else ERR_UNSUPPORTED. */
+int k_rmsnorm_quant(void *stream, const float *d_x, const float *d_w, int n_rows, int hidden,
+		    float eps, enum dtype out_dt, enum dtype q_dt, void *d_xq, float *d_scale);
+int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int ffn, enum dtype out_dt,
+		     enum dtype q_dt, void *d_xq, float *d_scale);
 
 /* d_out[r] = index of the largest of d_logits[r, 0..vocab) (lowest index on
  * ties, as kops_argmax; NaN never wins: a row of only NaN gives 0, so does a

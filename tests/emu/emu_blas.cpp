@@ -481,6 +481,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 				       (const lt_layout *)D);
 	if (s)
 		return s;
+	// A test's fault: cuBLASLt finding no algorithm for a valid problem, as
+	// the real one may for some shape on some device.
+	const char *no_algo = getenv("EMU_LT_NO_ALGO");
+	if (no_algo && strcmp(no_algo, "1") == 0)
+		return CUBLAS_STATUS_SUCCESS;
 	memset(&results[0], 0, sizeof results[0]);
 	results[0].state = CUBLAS_STATUS_SUCCESS;
 	results[0].wavesCount = 1.0f;

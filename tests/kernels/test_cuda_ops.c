@@ -9,7 +9,9 @@
  * RoPE styles, with/without bias and q/k norm, positions 0, 15, 16, 4095,
  * 100000 and random, F32/F16/BF16 pools, block sizes 16/32, scattered slots
  * and negative slots (the pools are filled with a sentinel and compared
- * whole); silu_mul; argmax with ties, -inf, NaN, +inf; cast; argument errors
+ * whole); silu_mul; rmsnorm_quant and silu_mul_quant against k_add_rmsnorm /
+ * k_silu_mul followed by k_quant_rows (the same codes and scales, compared
+ * byte for byte); argmax with ties, -inf, NaN, +inf; cast; argument errors
  * (checked before the GPU test, so they run without a GPU too). Exit 77
  * without a GPU.
  */
@@ -24,6 +26,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_ops.h"
+#include "kernels/cuda/kcuda_quant.h"
 #include "tests/kernels/kcheck.h"
 
 static const enum dtype dts[3] = {DT_F32, DT_F16, DT_BF16};
@@ -108,6 +111,32 @@ static void check_args(void)
 		  ERR_INVAL);
 	expect_rc("rmsnorm_rows f8 out",
 		  k_rmsnorm_rows(NULL, f, t, 1, f, 4, 1e-6f, out, DT_F8_E4M3), ERR_UNSUPPORTED);
+
+	expect_rc("rmsnorm_quant NULL xq",
+		  k_rmsnorm_quant(NULL, f, f, 1, 4, 1e-6f, DT_BF16, DT_F8_E4M3, NULL, f), ERR_INVAL);
+	expect_rc("rmsnorm_quant NULL scale",
+		  k_rmsnorm_quant(NULL, f, f, 1, 4, 1e-6f, DT_BF16, DT_I8, out, NULL), ERR_INVAL);
+	expect_rc("rmsnorm_quant eps -1",
+		  k_rmsnorm_quant(NULL, f, f, 1, 4, -1.0f, DT_BF16, DT_I8, out, f), ERR_INVAL);
+	expect_rc("rmsnorm_quant to f16",
+		  k_rmsnorm_quant(NULL, f, f, 1, 4, 1e-6f, DT_BF16, DT_F16, out, f), ERR_UNSUPPORTED);
+	expect_rc("rmsnorm_quant q dt 99",
+		  k_rmsnorm_quant(NULL, f, f, 1, 4, 1e-6f, DT_BF16, (enum dtype)99, out, f),
+		  ERR_INVAL);
+	expect_rc("rmsnorm_quant i32 rows",
+		  k_rmsnorm_quant(NULL, f, f, 1, 4, 1e-6f, DT_I32, DT_I8, out, f), ERR_UNSUPPORTED);
+	expect_rc("rmsnorm_quant 0 rows",
+		  k_rmsnorm_quant(NULL, NULL, NULL, 0, 4, 1e-6f, DT_BF16, DT_I8, NULL, NULL), 0);
+	expect_rc("silu_mul_quant NULL gu",
+		  k_silu_mul_quant(NULL, NULL, 1, 4, DT_F16, DT_F8_E4M3, out, f), ERR_INVAL);
+	expect_rc("silu_mul_quant ffn 0",
+		  k_silu_mul_quant(NULL, f, 1, 0, DT_F16, DT_F8_E4M3, out, f), ERR_INVAL);
+	expect_rc("silu_mul_quant to bf16",
+		  k_silu_mul_quant(NULL, f, 1, 4, DT_F16, DT_BF16, out, f), ERR_UNSUPPORTED);
+	expect_rc("silu_mul_quant row past shared memory",
+		  k_silu_mul_quant(NULL, f, 1, 81921, DT_BF16, DT_I8, out, f), ERR_UNSUPPORTED);
+	expect_rc("silu_mul_quant f32 row past shared memory",
+		  k_silu_mul_quant(NULL, f, 1, 40961, DT_F32, DT_I8, out, f), ERR_UNSUPPORTED);
 
 	const struct k_qkv_args good = {
 		.qkv = f, .inv_freq = f, .positions = t, .slots = t, .n_rows = 1, .n_heads = 2,
@@ -572,6 +601,183 @@ static void test_silu_mul(struct kc_rng *rng)
 			}
 }
 
+/* ---- norm and SwiGLU straight to per-token codes ----------------------------- */
+
+/* The unfused path's codes and scales: rows (out_dt, written by the 16-bit
+ * kernel into an aligned buffer) then k_quant_rows; the fused kernel's into
+ * guarded buffers; both compared byte for byte, and the guards checked. */
+struct qpair {
+	uint8_t *q, *q_ref;
+	float *s, *s_ref;
+};
+
+static void quant_ref(const void *d_rows, enum dtype out_dt, int rows, int n, enum dtype q_dt,
+		      struct qpair *p)
+{
+	const size_t nq = (size_t)rows * n;
+	void *d_q = kc_dev_alloc(nq);
+	float *d_s = kc_dev_alloc((size_t)rows * sizeof(float));
+	kc_ok(k_quant_rows(NULL, d_rows, out_dt, rows, n, q_dt, d_q, d_s), "k_quant_rows");
+	kc_sync("k_quant_rows");
+	p->q_ref = xmalloc(nq);
+	p->s_ref = xmalloc((size_t)rows * sizeof(float));
+	kc_download(p->q_ref, d_q, nq);
+	kc_download(p->s_ref, d_s, (size_t)rows * sizeof(float));
+	kc_dev_free(d_q);
+	kc_dev_free(d_s);
+}
+
+#define QGUARD 64
+
+static void quant_check(const char *what, const uint8_t *d_q, const float *d_s, int rows, int n,
+			struct qpair *p)
+{
+	const size_t nq = (size_t)rows * n;
+	uint8_t *q = xmalloc(nq + 2 * QGUARD);
+	float *s = xmalloc(((size_t)rows + 2) * sizeof(float));
+	kc_download(q, d_q - QGUARD, nq + 2 * QGUARD);
+	kc_download(s, d_s - 1, ((size_t)rows + 2) * sizeof(float));
+	for (size_t i = 0; i < QGUARD; i++)
+		if (q[i] != 0xA5 || q[QGUARD + nq + i] != 0xA5)
+			kc_fail("%s: a code written outside the rows (guard byte %zu)", what, i);
+	if (memcmp(&s[0], &(float){ -7.0f }, 4) || memcmp(&s[rows + 1], &(float){ -7.0f }, 4))
+		kc_fail("%s: a scale written outside the rows", what);
+	size_t bad = 0;
+	while (bad < nq && q[QGUARD + bad] == p->q_ref[bad])
+		bad++;
+	if (bad < nq)
+		kc_fail("%s: code %zu (row %zu) is 0x%02x, k_quant_rows gives 0x%02x", what, bad,
+			bad / (size_t)n, q[QGUARD + bad], p->q_ref[bad]);
+	if (memcmp(s + 1, p->s_ref, (size_t)rows * sizeof(float)))
+		kc_fail("%s: the row scales differ from k_quant_rows'", what);
+	free(q);
+	free(s);
+	free(p->q_ref);
+	free(p->s_ref);
+}
+
+/* Device buffers for the fused codes and scales, with guards on both sides. */
+static void guarded(int rows, int n, uint8_t **d_q, float **d_s, void **base_q, void **base_s)
+{
+	const size_t nq = (size_t)rows * n;
+	uint8_t *g = xmalloc(nq + 2 * QGUARD);
+	memset(g, 0xA5, nq + 2 * QGUARD);
+	float *gs = xmalloc(((size_t)rows + 2) * sizeof(float));
+	for (int i = 0; i < rows + 2; i++)
+		gs[i] = -7.0f;
+	*base_q = kc_upload(g, nq + 2 * QGUARD);
+	*base_s = kc_upload(gs, ((size_t)rows + 2) * sizeof(float));
+	*d_q = (uint8_t *)*base_q + QGUARD;
+	*d_s = (float *)*base_s + 1;
+	free(g);
+	free(gs);
+}
+
+static const enum dtype qdts[2] = {DT_F8_E4M3, DT_I8};
+
+/* Rows: random, an all-zero row (scale 0), a NaN row (every value NaN:
+ * amax 0), outliers; with F16 rows a weight big enough to overflow to inf. */
+static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dtype dt,
+			      enum dtype q_dt)
+{
+	const float eps = 1e-5f;
+	const size_t n = (size_t)rows * hidden;
+	float *x = xmalloc(n * sizeof(float)), *w = xmalloc(hidden * sizeof(float));
+	kc_fill(rng, x, n, -3.0f, 3.0f);
+	kc_fill(rng, w, hidden, 0.5f, 1.5f);
+	if (rows > 3) {
+		memset(x + 2 * (size_t)hidden, 0, hidden * sizeof(float));
+		x[3 * (size_t)hidden + 1] = NAN;
+	}
+	for (int r = 4; r < rows; r += 3)
+		x[(size_t)r * hidden + kc_below(rng, (uint32_t)hidden)] = 40.0f;
+	if (dt == DT_F16)
+		w[hidden / 2] = 3e5f;
+	float *d_x = kc_upload(x, n * sizeof(float)), *d_w = kc_upload(w, hidden * sizeof(float));
+	void *d_rows = kc_dev_alloc(n * esize(dt));
+	kc_ok(k_add_rmsnorm(NULL, d_x, NULL, d_w, rows, hidden, eps, d_rows, dt), "k_add_rmsnorm");
+	struct qpair p;
+	quant_ref(d_rows, dt, rows, hidden, q_dt, &p);
+	uint8_t *d_q;
+	float *d_s;
+	void *bq, *bs;
+	guarded(rows, hidden, &d_q, &d_s, &bq, &bs);
+	kc_ok(k_rmsnorm_quant(NULL, d_x, d_w, rows, hidden, eps, dt, q_dt, d_q, d_s),
+	      "k_rmsnorm_quant");
+	kc_sync("k_rmsnorm_quant");
+	char what[96];
+	snprintf(what, sizeof what, "rmsnorm_quant h%d r%d %s -> %s", hidden, rows, dtype_name(dt),
+		 dtype_name(q_dt));
+	quant_check(what, d_q, d_s, rows, hidden, &p);
+	float *gx = fetch(d_x, n, DT_F32); /* x is only read */
+	if (memcmp(gx, x, n * sizeof(float)))
+		kc_fail("%s: x changed", what);
+	free(gx);
+	free(x);
+	free(w);
+	kc_dev_free(d_x);
+	kc_dev_free(d_w);
+	kc_dev_free(d_rows);
+	kc_dev_free(bq);
+	kc_dev_free(bs);
+}
+
+static void run_silu_quant(struct kc_rng *rng, int ffn, int rows, enum dtype dt, enum dtype q_dt)
+{
+	static const float extremes[] = {-100.0f, 100.0f, -88.0f, 88.0f, 0.0f, -0.0f, 20.0f, -20.0f};
+	const size_t n = (size_t)rows * ffn;
+	float *gu = xmalloc(2 * n * sizeof(float));
+	for (int r = 0; r < rows; r++) {
+		kc_fill(rng, gu + (size_t)r * 2 * ffn, ffn, -10.0f, 10.0f);
+		kc_fill(rng, gu + (size_t)r * 2 * ffn + ffn, ffn, -2.0f, 2.0f);
+	}
+	for (int i = 0; i < 8 && i < ffn; i++)
+		gu[i] = extremes[i];
+	if (rows > 2) /* an all-zero row: u = 0 */
+		memset(gu + (size_t)2 * 2 * ffn + ffn, 0, ffn * sizeof(float));
+	if (rows > 3) /* a NaN in the row, and an overflow of F16 */
+		gu[(size_t)3 * 2 * ffn + 1] = NAN;
+	if (rows > 4)
+		gu[(size_t)4 * 2 * ffn + ffn + 2] = 1e4f, gu[(size_t)4 * 2 * ffn + 2] = 50.0f;
+	float *d_gu = kc_upload(gu, 2 * n * sizeof(float));
+	void *d_rows = kc_dev_alloc(n * esize(dt));
+	kc_ok(k_silu_mul(NULL, d_gu, rows, ffn, d_rows, dt), "k_silu_mul");
+	struct qpair p;
+	quant_ref(d_rows, dt, rows, ffn, q_dt, &p);
+	uint8_t *d_q;
+	float *d_s;
+	void *bq, *bs;
+	guarded(rows, ffn, &d_q, &d_s, &bq, &bs);
+	kc_ok(k_silu_mul_quant(NULL, d_gu, rows, ffn, dt, q_dt, d_q, d_s), "k_silu_mul_quant");
+	kc_sync("k_silu_mul_quant");
+	char what[96];
+	snprintf(what, sizeof what, "silu_mul_quant ffn%d r%d %s -> %s", ffn, rows, dtype_name(dt),
+		 dtype_name(q_dt));
+	quant_check(what, d_q, d_s, rows, ffn, &p);
+	free(gu);
+	kc_dev_free(d_gu);
+	kc_dev_free(d_rows);
+	kc_dev_free(bq);
+	kc_dev_free(bs);
+}
+
+/* Odd widths give rows of both alignments (float4 steps with tails, and
+ * scalar rows); ffn 28672 in 16 bits is past 48 KB of shared memory. */
+static void test_quant_fused(struct kc_rng *rng)
+{
+	static const int hiddens[] = {64, 67, 1001, 4096};
+	static const int ffns[] = {64, 1001, 4098, 28672};
+	static const int rowss[] = {1, 9};
+	for (int q = 0; q < 2; q++)
+		for (int d = 0; d < 3; d++)
+			for (int ri = 0; ri < 2; ri++)
+				for (int i = 0; i < 4; i++) {
+					run_rmsnorm_quant(rng, hiddens[i], rowss[ri], dts[d], qdts[q]);
+					run_silu_quant(rng, ffns[i], rowss[ri], dts[d], qdts[q]);
+				}
+	printf("ok rmsnorm_quant and silu_mul_quant: 48 cases each, codes and scales as k_quant_rows'\n");
+}
+
 /* ---- argmax ------------------------------------------------------------------ */
 
 /* The contract: lowest index of the largest non-NaN value, 0 when none. */
@@ -732,7 +938,8 @@ int main(int argc, char **argv)
 	} groups[] = {
 		{"embed", test_embed},	 {"add_rmsnorm", test_add_rmsnorm},
 		{"rmsnorm_rows", test_rmsnorm_rows}, {"qkv", test_qkv},
-		{"silu_mul", test_silu_mul}, {"argmax", test_argmax},
+		{"silu_mul", test_silu_mul}, {"quant_fused", test_quant_fused},
+		{"argmax", test_argmax},
 		{"cast", test_cast},
 	};
 	check_args();

@@ -26,11 +26,15 @@
  * of the logits to the host. Where a projection runs as a GEMV (few rows),
  * the norm after it (the next layer's input norm after down) and SwiGLU are
  * its epilogue (k_gemv_epi), and decode attention merges its own splits:
- * six launches a layer instead of ten, with the same bits
- * (AORTA_CUDA_FUSION=0 turns it off, for the benchmark's A/B). Pure-decode steps of up to GRAPH_MAX sequences
- * are captured once per padded batch size into a CUDA graph and replayed
- * (padding rows write no KV: slot -1). Everything runs on one stream; forward
- * returns after the logits are on the host.
+ * six launches a layer instead of ten, with the same bits. Where a
+ * projection runs W8A8 (INT8 / FP8 weights, prefill), the norm or SwiGLU in
+ * front of it writes the per-token codes of its rows (k_rmsnorm_quant,
+ * k_silu_mul_quant) instead of the 16-bit rows k_quant_rows would read
+ * back, again with the same bits (struct proj_in). AORTA_CUDA_FUSION=0
+ * turns all of it off, for the benchmark's A/B. Pure-decode steps of up to
+ * GRAPH_MAX sequences are captured once per padded batch size into a CUDA
+ * graph and replayed (padding rows write no KV: slot -1). Everything runs on
+ * one stream; forward returns after the logits are on the host.
  *
  * Tests: tests/engine/test_cuda_engine.c (logits vs the CPU engine, greedy
  * batch invariance, graphs vs eager); kernels: tests/kernels/. Only this file
@@ -1318,8 +1322,9 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		 2.0 * c->n_layers * (double)cb->kv_layer_bytes / (1 << 30),
 		 opts->enforce_eager ? "; CUDA graphs off" : "");
 	if (!cb->fuse)
-		log_info("cuda", "AORTA_CUDA_FUSION=0: norms, SwiGLU and the decode split merge "
-				 "run as kernels of their own");
+		log_info("cuda", "AORTA_CUDA_FUSION=0: norms, SwiGLU, the decode split merge and "
+				 "the 8-bit prefill's activation quantization run as kernels of "
+				 "their own");
 	if (pdl_off)
 		log_info("cuda", "AORTA_CUDA_PDL=0: no programmatic dependent launch");
 	if (!cb->props.has_fp8 && cb->layers[0].qkv.dt == DT_F8_E4M3)

@@ -72,7 +72,8 @@ int k_quant_rows(void *stream, const void *d_x, enum dtype x_dt, int t, int k, e
 
 /* W8A8 through cuBLASLt: Y[t, n] (+)= (Xq · Wq^T) * x_scale[row] *
  * w_scale[col or 0], on the handle's stream (k_blas_stream), no allocation
- * (capturable). Xq and x_scale come from k_quant_rows with the same dtype.
+ * (capturable). Xq and x_scale come from k_quant_rows with the same dtype
+ * (or from k_rmsnorm_quant / k_silu_mul_quant, kcuda_ops.h: the same codes).
  * DT_F8_E4M3 needs FP8 tensor cores (cc >= 8.9, asked once per device; else
  * ERR_UNSUPPORTED); DT_I8 uses the INT32-accumulating integer GEMM. The
  * GEMM runs with unit scales into a 4-byte accumulator (Y itself, or with

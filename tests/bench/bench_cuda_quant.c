@@ -9,7 +9,12 @@
  *     and bf16_ms / w8_ms (how much faster than the BF16 GEMV through
  *     k_gemm; about 2 would be the byte ratio);
  *   prefill (T = 2048): k_gemm_w8a8 FP8 (and INT8) TFLOP/s against BF16
- *     k_gemm, the GEMM alone and with k_quant_rows of X in front.
+ *     k_gemm, the GEMM alone and with k_quant_rows of X in front;
+ *   prefill producers (T = 2048): the RMSNorm (hidden 4096) and SwiGLU
+ *     (ffn 14336) in front of an 8-bit projection, as two kernels
+ *     (k_add_rmsnorm / k_silu_mul to BF16 rows, then k_quant_rows) and fused
+ *     (k_rmsnorm_quant / k_silu_mul_quant): time, and GB/s of the fused
+ *     kernel's own traffic (F32 in, codes out) against the copy bandwidth.
  * Every run: the L2 flushed (a 256 MiB memset), CUDA events around the
  * kernel, median of --reps (default 10). Output: a table, then key=value
  * lines ("quant.<what>=<value>") for grep. Exit 77 without a GPU. About
@@ -24,6 +29,7 @@
 #include "common/err.h"
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_gemm.h"
+#include "kernels/cuda/kcuda_ops.h"
 #include "kernels/cuda/kcuda_quant.h"
 #include "kernels/dtype.h"
 
@@ -55,7 +61,10 @@ struct bench {
 };
 
 /* One timed operation: which kernel and its operands. */
-enum op_kind { OP_BF16, OP_GEMV, OP_GEMV_Q8R, OP_W8A8, OP_QUANT_W8A8, OP_DEQUANT_BF16 };
+enum op_kind {
+	OP_BF16, OP_GEMV, OP_GEMV_Q8R, OP_W8A8, OP_QUANT_W8A8, OP_DEQUANT_BF16,
+	OP_NORM_THEN_QUANT, OP_NORM_QUANT, OP_SILU_THEN_QUANT, OP_SILU_QUANT, OP_COPY,
+};
 struct op {
 	enum op_kind kind;
 	enum dtype w_dt;
@@ -69,6 +78,8 @@ struct op {
 	float *d_xs;      /* [t] */
 	float *d_y;       /* F32 [t, n] */
 	void *d_wtmp;     /* BF16 [n, k]: OP_DEQUANT_BF16's dequantized weights */
+	float *d_in;      /* producers: F32 x [t, k] (norm) or gu [t, 2k] (SwiGLU) */
+	const float *d_nw; /* the norm's weights [k] */
 };
 
 static int check(int rc, const char *what)
@@ -96,6 +107,26 @@ static int run_op(struct bench *b, const struct op *o)
 		return rc ? rc : k_gemm(b->blas, o->d_wtmp, DT_BF16, o->n, o->k, o->d_x, o->t,
 		                        o->d_y, 0);
 	}
+	case OP_NORM_THEN_QUANT: {
+		int rc = k_add_rmsnorm(b->stream, o->d_in, NULL, o->d_nw, o->t, o->k, 1e-5f,
+		                       (void *)o->d_x, DT_BF16);
+		return rc ? rc : k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt,
+		                              o->d_xq, o->d_xs);
+	}
+	case OP_COPY: /* the first half of d_in onto the second: t * k floats */
+		return k_cuda_memcpy_d2d_async(b->stream, o->d_in + (size_t)o->t * o->k, o->d_in,
+		                               (size_t)o->t * o->k * sizeof(float));
+	case OP_NORM_QUANT:
+		return k_rmsnorm_quant(b->stream, o->d_in, o->d_nw, o->t, o->k, 1e-5f, DT_BF16,
+		                       o->w_dt, o->d_xq, o->d_xs);
+	case OP_SILU_THEN_QUANT: {
+		int rc = k_silu_mul(b->stream, o->d_in, o->t, o->k, (void *)o->d_x, DT_BF16);
+		return rc ? rc : k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt,
+		                              o->d_xq, o->d_xs);
+	}
+	case OP_SILU_QUANT:
+		return k_silu_mul_quant(b->stream, o->d_in, o->t, o->k, DT_BF16, o->w_dt, o->d_xq,
+		                        o->d_xs);
 	case OP_QUANT_W8A8: {
 		int rc =
 		    k_quant_rows(b->stream, o->d_x, DT_BF16, o->t, o->k, o->w_dt, o->d_xq, o->d_xs);
@@ -360,6 +391,63 @@ static int bench_prefill(struct bench *b)
 	return rc;
 }
 
+/* The norm and SwiGLU in front of an 8-bit projection at T = 2048, unfused
+ * and fused (FP8 codes; INT8 costs the same). */
+static int bench_producers(struct bench *b)
+{
+	const int t = PREFILL_T, hidden = 4096, ffn = 14336;
+	printf("\nprefill producers T=%d, BF16 rows, FP8 codes: two kernels (then k_quant_rows) "
+	       "vs fused\n", t);
+	printf("%-6s %6s %10s %10s %9s %9s\n", "what", "K", "2 kern ms", "fused ms", "speedup",
+	       "fused GB/s");
+	void *d_in = NULL, *d_16 = NULL, *d_xq = NULL, *d_xs = NULL, *d_nw = NULL;
+	int rc = alloc_filled(b, &d_in, (size_t)t * 2 * ffn * sizeof(float));
+	if (!rc)
+		rc = check(k_cuda_malloc(&d_16, (size_t)t * ffn * 2), "malloc");
+	if (!rc)
+		rc = check(k_cuda_malloc(&d_xq, (size_t)t * ffn), "malloc");
+	if (!rc)
+		rc = check(k_cuda_malloc(&d_xs, (size_t)t * sizeof(float)), "malloc");
+	if (!rc)
+		rc = alloc_filled(b, &d_nw, (size_t)hidden * sizeof(float));
+	/* the ceiling, in the same run: a device copy of t * ffn floats */
+	struct op cp = {.kind = OP_COPY, .k = ffn, .t = t, .d_in = d_in};
+	double copy_ms = 0, copy_gbs = 0;
+	if (!rc && !(rc = time_op(b, &cp, &copy_ms))) {
+		copy_gbs = 2.0 * t * ffn * sizeof(float) / copy_ms / 1e6;
+		printf("device copy (read + write): %.0f GB/s\n", copy_gbs);
+		printf("quant.producer.copy_gbs=%.0f\n", copy_gbs);
+	}
+	for (int i = 0; !rc && i < 2; i++) {
+		const bool silu = i == 1;
+		const int k = silu ? ffn : hidden;
+		struct op o = {.w_dt = DT_F8_E4M3, .k = k, .t = t, .d_in = d_in, .d_nw = d_nw,
+		               .d_x = d_16, .d_xq = d_xq, .d_xs = d_xs};
+		double ms2 = 0, ms1 = 0;
+		o.kind = silu ? OP_SILU_THEN_QUANT : OP_NORM_THEN_QUANT;
+		rc = time_op(b, &o, &ms2);
+		o.kind = silu ? OP_SILU_QUANT : OP_NORM_QUANT;
+		if (!rc)
+			rc = time_op(b, &o, &ms1);
+		if (rc)
+			break;
+		/* the fused kernel's DRAM traffic: F32 rows in, codes and scales out */
+		const double bytes = (double)t * k * ((silu ? 8.0 : 4.0) + 1.0) + t * 4.0;
+		const char *nm = silu ? "silu" : "norm";
+		printf("%-6s %6d %10.4f %10.4f %9.2f %9.0f (%.0f%% of copy)\n", nm, k, ms2, ms1,
+		       ms2 / ms1, bytes / ms1 / 1e6, 100.0 * bytes / ms1 / 1e6 / copy_gbs);
+		printf("quant.producer.%s.two_kernels_ms=%.4f\n", nm, ms2);
+		printf("quant.producer.%s.fused_ms=%.4f\n", nm, ms1);
+		printf("quant.producer.%s.fused_gbs=%.0f\n", nm, bytes / ms1 / 1e6);
+	}
+	k_cuda_free(d_in);
+	k_cuda_free(d_16);
+	k_cuda_free(d_xq);
+	k_cuda_free(d_xs);
+	k_cuda_free(d_nw);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct bench b;
@@ -409,6 +497,8 @@ int main(int argc, char **argv)
 		rc = bench_decode(&b);
 	if (!rc)
 		rc = bench_prefill(&b);
+	if (!rc)
+		rc = bench_producers(&b);
 	for (int i = 0; i < b.reps; i++) {
 		k_cuda_event_destroy(b.ev0[i]);
 		k_cuda_event_destroy(b.ev1[i]);

@@ -92,6 +92,7 @@ struct cu_layer {
 	float *bqkv;		     /* F32 [q + 2 kv] or NULL */
 	float *q_norm, *k_norm;	     /* F32 [head_dim] or NULL */
 	struct cu_w qkv, o, gu, down;
+	float k_scale, v_scale; /* FP8 KV cache: the checkpoint's, else KV_FP8_SCALE */
 };
 
 /* Offsets (in int32 elements) of the batch metadata in the staging area. */
@@ -420,6 +421,11 @@ static int upload_bias(struct cuda_backend *cb, const struct layer_weights *w, i
 	return rc;
 }
 
+/* FP8 E4M3 KV stores value / scale: the checkpoint's per-layer k_scale /
+ * v_scale (engine/model.h), else 1.0 (vLLM's scale when a checkpoint has
+ * none). */
+#define KV_FP8_SCALE 1.0f
+
 static int load_layers(struct cuda_backend *cb, enum dtype quant, struct diag *d)
 {
 	const struct model_config *c = &cb->cfg;
@@ -446,6 +452,8 @@ static int load_layers(struct cuda_backend *cb, enum dtype quant, struct diag *d
 		    (rc = upload_vec(cb, &w->attn_norm, c->hidden, true, &o->attn_norm, d)) ||
 		    (rc = upload_vec(cb, &w->ffn_norm, c->hidden, true, &o->ffn_norm, d)))
 			return rc;
+		o->k_scale = w->k_scale > 0.0f ? w->k_scale : KV_FP8_SCALE;
+		o->v_scale = w->v_scale > 0.0f ? w->v_scale : KV_FP8_SCALE;
 		if (c->qkv_bias && (rc = upload_bias(cb, w, q_dim, kv_dim, &o->bqkv, d)))
 			return rc;
 		if (c->qk_norm &&
@@ -535,9 +543,6 @@ static void drop_graphs(struct cuda_backend *cb)
 		cb->graphs[i] = NULL;
 	}
 }
-
-/* FP8 E4M3 KV stores value / 1.0 (vLLM's scale when a checkpoint has none). */
-#define KV_FP8_SCALE 1.0f
 
 static bool kv_dtype_ok(enum dtype t)
 {
@@ -799,12 +804,12 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 			.n_rows = t, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
 			.head_dim = c->head_dim, .block_size = cb->block_size, .q = cb->q,
 			.k_cache = k_pool, .v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
-			.k_scale = KV_FP8_SCALE, .v_scale = KV_FP8_SCALE,
+			.k_scale = L->k_scale, .v_scale = L->v_scale,
 		};
 		struct k_attn_args aa = {
 			.q = cb->q, .out = cb->attn, .out_dt = cb->gdt, .k_cache = k_pool,
 			.v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
-			.k_scale = KV_FP8_SCALE, .v_scale = KV_FP8_SCALE, .block_tables = dm + cb->meta.tables,
+			.k_scale = L->k_scale, .v_scale = L->v_scale, .block_tables = dm + cb->meta.tables,
 			.max_blocks_per_seq = cb->o.max_blocks_per_seq,
 			.positions = dm + cb->meta.positions, .row_seq = dm + cb->meta.row_seq,
 			.seq_start = dm + cb->meta.seq_start, .n_rows = t, .n_seqs = n_seqs,
@@ -1217,6 +1222,29 @@ static int size_kv(struct cuda_backend *cb, const struct engine_opts *o, int *n_
 	return 0;
 }
 
+/* Where the FP8 KV cache's scales come from (vLLM warns the same way when a
+ * checkpoint has none: K and V past +-448 then saturate). */
+static void log_kv_scales(const struct cuda_backend *cb)
+{
+	int n_ckpt = 0;
+	bool per_head = false;
+	for (int l = 0; l < cb->cfg.n_layers; l++) {
+		const struct layer_weights *w = &cb->m->w.layers[l];
+		n_ckpt += w->k_scale > 0.0f || w->v_scale > 0.0f;
+		per_head = per_head || w->kv_scale_per_head;
+	}
+	if (n_ckpt == 0) {
+		log_warn("cuda", "FP8 KV cache with scale 1.0: the checkpoint has no "
+				 "self_attn.k_scale / v_scale (K and V past +-448 saturate)");
+		return;
+	}
+	log_info("cuda", "FP8 KV cache: K/V scales of %d of %d layers from the checkpoint (layer 0: "
+			 "k %g, v %g; missing ones 1.0)%s",
+		 n_ckpt, cb->cfg.n_layers, (double)cb->layers[0].k_scale,
+		 (double)cb->layers[0].v_scale,
+		 per_head ? "; its per-KV-head scales are taken as their largest per layer" : "");
+}
+
 int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 			struct backend **out, int *n_kv_blocks_out, struct diag *d)
 {
@@ -1321,6 +1349,8 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		 opts->block_size, dtype_name(opts->kv_dtype),
 		 2.0 * c->n_layers * (double)cb->kv_layer_bytes / (1 << 30),
 		 opts->enforce_eager ? "; CUDA graphs off" : "");
+	if (opts->kv_dtype == DT_F8_E4M3)
+		log_kv_scales(cb);
 	if (!cb->fuse)
 		log_info("cuda", "AORTA_CUDA_FUSION=0: norms, SwiGLU, the decode split merge and "
 				 "the 8-bit prefill's activation quantization run as kernels of "

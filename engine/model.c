@@ -6,6 +6,7 @@
  * Tests: tests/models/test_model.c.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,27 @@ static struct tensor *find(struct model *m, const char *name)
 
 /* ---- binding --------------------------------------------------------------- */
 
+/* Element i of an F32 / F16 / BF16 tensor (the caller checked the dtype). */
+static float tensor_float(const struct tensor *s, uint64_t i)
+{
+	if (s->dtype == DT_F32) {
+		float f;
+		memcpy(&f, (const char *)s->data + i * 4, 4);
+		return f;
+	}
+	uint16_t h;
+	memcpy(&h, (const char *)s->data + i * 2, 2);
+	return s->dtype == DT_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+static uint64_t tensor_count(const struct tensor *s)
+{
+	uint64_t n = 1;
+	for (int i = 0; i < s->n_dims; i++)
+		n *= (uint64_t)s->shape[i];
+	return n;
+}
+
 /* FP8 weights carry "<name>_scale": a scalar (per tensor) or one value per
  * output row, in F32/F16/BF16. */
 static int bind_scale(struct model *m, struct tensor *t, struct diag *d)
@@ -106,9 +128,7 @@ static int bind_scale(struct model *m, struct tensor *t, struct diag *d)
 	const struct tensor *s = find(m, sname);
 	if (!s)
 		return diag_set(d, ERR_FORMAT, "%s: F8_E4M3 weight without %s", t->name, sname);
-	uint64_t n = 1;
-	for (int i = 0; i < s->n_dims; i++)
-		n *= (uint64_t)s->shape[i];
+	const uint64_t n = tensor_count(s);
 	if (n != 1 && n != (uint64_t)t->shape[0])
 		return diag_set(d, ERR_FORMAT, "%s: %llu scales for %lld rows (want 1 or one per row)",
 				sname, (unsigned long long)n, (long long)t->shape[0]);
@@ -124,15 +144,8 @@ static int bind_scale(struct model *m, struct tensor *t, struct diag *d)
 	if (!v)
 		return diag_set(d, ERR_NOMEM, "out of memory");
 	p->scales[p->n_scales++] = v;
-	for (uint64_t i = 0; i < n; i++) {
-		if (s->dtype == DT_F32) {
-			memcpy(&v[i], (const char *)s->data + i * 4, 4);
-		} else {
-			uint16_t h;
-			memcpy(&h, (const char *)s->data + i * 2, 2);
-			v[i] = s->dtype == DT_F16 ? f16_to_f32(h) : bf16_to_f32(h);
-		}
-	}
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = tensor_float(s, i);
 	t->scale = v;
 	t->n_scale = (int64_t)n;
 	return 0;
@@ -173,6 +186,43 @@ static int bind_one(struct model *m, const struct model_tensor_name *e, int il, 
 	return 0;
 }
 
+/* The FP8 KV cache's scale of layer il for which ("k" or "v"), as vLLM
+ * reads llm-compressor checkpoints: self_attn.<which>_scale, else the older
+ * self_attn.kv_scale (both K and V). One value, or one per KV head (their
+ * largest: the cache here has one scale per layer, and the largest never
+ * saturates a head that its own scale would not). F32/F16/BF16, finite and
+ * > 0. *out stays 0 when the checkpoint has neither. */
+static int bind_kv_scale(struct model *m, int il, const char *which, float *out, bool *per_head,
+			 struct diag *d)
+{
+	char name[160];
+	snprintf(name, sizeof name, "model.layers.%d.self_attn.%s_scale", il, which);
+	const struct tensor *s = find(m, name);
+	if (!s) {
+		snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_scale", il);
+		if (!(s = find(m, name)))
+			return 0;
+	}
+	const uint64_t n = tensor_count(s);
+	if (s->dtype != DT_F32 && s->dtype != DT_F16 && s->dtype != DT_BF16)
+		return diag_set(d, ERR_FORMAT, "%s: KV cache scales must be F32/F16/BF16, not %s",
+				name, dtype_name(s->dtype));
+	if (n != 1 && n != (uint64_t)m->cfg.n_kv_heads)
+		return diag_set(d, ERR_FORMAT, "%s: %llu values (want 1, or one per KV head: %d)",
+				name, (unsigned long long)n, m->cfg.n_kv_heads);
+	float v = 0.0f;
+	for (uint64_t i = 0; i < n; i++) {
+		const float f = tensor_float(s, i);
+		if (!(isfinite(f) && f > 0.0f))
+			return diag_set(d, ERR_FORMAT, "%s: scale %g (want finite and > 0)", name,
+					(double)f);
+		v = fmaxf(v, f);
+	}
+	*out = v;
+	*per_head = *per_head || n > 1;
+	return 0;
+}
+
 static int bind_weights(struct model *m, struct diag *d)
 {
 	int rc = index_tensors(m, d);
@@ -194,6 +244,12 @@ static int bind_weights(struct model *m, struct diag *d)
 			if ((rc = bind_one(m, e, il, (struct tensor *)((char *)&m->w.layers[il] + e->off), d)))
 				return rc;
 		}
+	for (int il = 0; il < m->cfg.n_layers && m->format == MODEL_FORMAT_HF; il++) {
+		struct layer_weights *L = &m->w.layers[il];
+		if ((rc = bind_kv_scale(m, il, "k", &L->k_scale, &L->kv_scale_per_head, d)) ||
+		    (rc = bind_kv_scale(m, il, "v", &L->v_scale, &L->kv_scale_per_head, d)))
+			return rc;
+	}
 	const struct tensor *rf = find(m, "rope_freqs.weight");
 	if (rf && m->format == MODEL_FORMAT_GGUF) {
 		if (rf->dtype != DT_F32 || rf->n_dims != 1 || rf->shape[0] != m->cfg.head_dim / 2)

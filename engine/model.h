@@ -96,6 +96,12 @@ struct layer_weights {
 	struct tensor w_gate;	  /* (ffn, hidden) */
 	struct tensor w_up;	  /* (ffn, hidden) */
 	struct tensor w_down;	  /* (hidden, ffn) */
+	/* The FP8 KV cache's scales from the checkpoint (HF self_attn.k_scale /
+	 * v_scale, or kv_scale for both): the cache stores value / scale. 0: the
+	 * checkpoint has none. One per layer: a checkpoint's per-KV-head scales
+	 * become their largest (kv_scale_per_head set). */
+	float k_scale, v_scale;
+	bool kv_scale_per_head;
 };
 
 struct model_weights {

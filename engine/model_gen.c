@@ -731,6 +731,29 @@ static int hf_add(struct st_writer *w, struct keep *k, const struct model_config
 	return st_writer_add(w, hf, store, e->n_dims, shape, data, nb);
 }
 
+/* Layer il's self_attn.k_scale and v_scale (o->kv_scale). */
+static int hf_add_kv_scales(struct st_writer *w, struct keep *k, const struct model_config *c,
+			    const struct model_gen_opts *o, int il)
+{
+	const int n = o->kv_scale_per_head ? c->n_kv_heads : 1;
+	for (int kv = 0; kv < 2; kv++) {
+		float *v = malloc((size_t)n * sizeof *v);
+		int rc = keep_add(k, v);
+		if (rc)
+			return rc;
+		const float top = o->kv_scale * (float)(il + 1) * (kv ? 2.0f : 1.0f);
+		for (int i = 0; i < n; i++) /* the last head has the largest */
+			v[i] = top * (float)(i + 1) / (float)n;
+		char name[160];
+		snprintf(name, sizeof name, "model.layers.%d.self_attn.%s_scale", il, kv ? "v" : "k");
+		const int64_t shape[1] = { n };
+		if ((rc = st_writer_add(w, name, DT_F32, o->kv_scale_per_head ? 1 : 0, shape, v,
+					(uint64_t)n * 4)))
+			return rc;
+	}
+	return 0;
+}
+
 int model_gen_write_hf_dir(const struct model_gen_opts *o, const char *dir, struct diag *d)
 {
 	if (o->dtype != DT_F32 && o->dtype != DT_F16 && o->dtype != DT_BF16 && o->dtype != DT_F8_E4M3)
@@ -774,6 +797,8 @@ int model_gen_write_hf_dir(const struct model_gen_opts *o, const char *dir, stru
 		for (int i = 0; i < model_n_layer_names && !rc; i++)
 			if (model_tensor_wanted(&c, model_layer_names[i].cond))
 				rc = hf_add(w[s], &k, &c, o, &model_layer_names[i], il);
+		if (o->kv_scale != 0.0f && !rc)
+			rc = hf_add_kv_scales(w[s], &k, &c, o, il);
 	}
 	if (rc)
 		rc = diag_set(d, rc, "model_gen: %s", err_str(rc));

@@ -42,6 +42,13 @@ struct model_gen_opts {
 	uint32_t gguf_version;	   /* 2 or 3 (0 = 3) */
 	int n_shards;		   /* HF: > 1 writes shards + model.safetensors.index.json */
 	const char *tokenizer_dir; /* HF: copy tokenizer.json + tokenizer_config.json from here */
+	/* HF: the FP8 KV cache's scales as llm-compressor writes them, per layer
+	 * l: self_attn.k_scale = kv_scale * (l + 1) and self_attn.v_scale =
+	 * 2 * kv_scale * (l + 1), F32 scalars, or (kv_scale_per_head) vectors of
+	 * n_kv_heads values whose largest is that. 0 = none. Any value is
+	 * written (tests write bad ones). */
+	float kv_scale;
+	bool kv_scale_per_head;
 };
 
 /* Built-in vocabulary ids (fixed by the generator's vocabulary). */

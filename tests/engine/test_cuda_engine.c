@@ -13,8 +13,10 @@
  *  3. CUDA graphs vs eager decode: same logits to accumulation-order tolerance;
  *  4. copy_blocks, invalid batches (ERR_INVAL, engine still usable), and the
  *     KV pool sized from gpu_memory_utilization;
- *  5. (issue 10) FP8 KV cache, Q8_0 / INT8 / FP8 weights and --quantization
- *     int8|fp8, against the CPU engine on the same quantized weights;
+ *  5. (issue 10) FP8 KV cache (scale 1, and the checkpoint's per-layer k/v
+ *     scales, which must change the logits), Q8_0 / INT8 / FP8 weights and
+ *     --quantization int8|fp8, against the CPU engine on the same quantized
+ *     weights;
  *  6. engine_forward_sample (k_sample on the device, graph and eager steps)
  *     against k_sample_ref over engine_forward's logits of the same step;
  *  7. fusion (the norms and the SwiGLU in the GEMV epilogues, the decode
@@ -217,10 +219,13 @@ static void run_plan(struct engine *e, struct seq *sq, float *logits, float *all
 	}
 }
 
-static void compare_model_q(const char *name, const struct model_config *c, enum dtype wdt,
-			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol)
+/* kv_scale: tmodel_opts's (the FP8 KV cache's checkpoint scales); keep: if
+ * not NULL, gets the CUDA engine's logits rows (64 * vocab). */
+static void compare_model_s(const char *name, const struct model_config *c, enum dtype wdt,
+			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol,
+			    float kv_scale, float *keep)
 {
-	struct tmodel_opts to = { .wdtype = wdt, .seed = 7, .layout = lay };
+	struct tmodel_opts to = { .wdtype = wdt, .seed = 7, .layout = lay, .kv_scale = kv_scale };
 	struct model *m = NULL;
 	if (tmodel_create(c, &to, &m)) {
 		CHECK(0, "%s: tmodel_create", name);
@@ -261,6 +266,8 @@ static void compare_model_q(const char *name, const struct model_config *c, enum
 		printf("%s: %d logits rows, max |diff| / max |logit| = %.3g, top-1 %d/%d\n", name,
 		       rows, worst, top1, rows);
 		CHECK(rows >= 10, "%s: only %d logits rows compared", name, rows);
+		if (keep)
+			memcpy(keep, got, (size_t)max_rows * V * sizeof(float));
 	}
 	engine_destroy(gpu);
 	engine_destroy(cpu);
@@ -268,6 +275,12 @@ static void compare_model_q(const char *name, const struct model_config *c, enum
 	free(ref);
 	free(got);
 	tmodel_destroy(m);
+}
+
+static void compare_model_q(const char *name, const struct model_config *c, enum dtype wdt,
+			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol)
+{
+	compare_model_s(name, c, wdt, lay, kv, quant, tol, 0.0f, NULL);
 }
 
 static void compare_model(const char *name, const struct model_config *c, enum dtype wdt,
@@ -761,7 +774,18 @@ int main(void)
 	 * 8-bit weights from the file and converted at load. The CPU engine
 	 * quantizes activations for Q8_0/INT8 (W8A8) where the GPU's small-batch
 	 * GEMV keeps them 16-bit: a few percent apart at most. */
-	compare_model_q("fp8 kv cache", &c, DT_F16, ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32, 0.15);
+	{ /* checkpoint scales (not powers of 2): K/V stored as value / scale */
+		const size_t nl = (size_t)64 * c.vocab;
+		float *plain = calloc(nl, sizeof(float)), *scaled = calloc(nl, sizeof(float));
+		compare_model_s("fp8 kv cache", &c, DT_F16, ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32,
+				0.15, 0.0f, plain);
+		compare_model_s("fp8 kv cache, checkpoint k/v scales", &c, DT_F16, ROPE_STYLE_NEOX,
+				DT_F8_E4M3, DT_F32, 0.15, 0.0213f, scaled);
+		CHECK(plain && scaled && memcmp(plain, scaled, nl * sizeof(float)) != 0,
+		      "fp8 kv cache: the checkpoint's k/v scales changed no logit");
+		free(plain);
+		free(scaled);
+	}
 	compare_model_q("q8_0 weights", &c, DT_Q8_0, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);
 	compare_model_q("int8 weights", &c, DT_I8, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);
 	compare_model_q("fp8 weights", &c, DT_F8_E4M3, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);

@@ -226,6 +226,10 @@ int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, s
 		draw(&g, &w->w_gate, NM("ffn_gate.weight"), cfg->ffn, H, 0, sh, 0, 0);
 		draw(&g, &w->w_up, NM("ffn_up.weight"), cfg->ffn, H, 0, sh, 0, 0);
 		draw(&g, &w->w_down, NM("ffn_down.weight"), H, cfg->ffn, 0, sf, 0, 0);
+		if (o->kv_scale > 0) { /* as a checkpoint's self_attn.k_scale / v_scale */
+			w->k_scale = o->kv_scale * (1.0f + 0.25f * (float)l);
+			w->v_scale = 1.5f * o->kv_scale * (1.0f + 0.25f * (float)l);
+		}
 #undef NM
 	}
 	draw(&g, &m->w.out_norm, "output_norm.weight", H, 0, 1.0f, 0.1f, 0, 0);

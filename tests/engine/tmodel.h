@@ -25,6 +25,8 @@ struct tmodel_opts {
 	float embd_scale;	 /* uniform range of embeddings; 0 = 1.0 */
 	float head_gain;	 /* multiplies the untied LM head (sharper logits); 0 = 1.0 */
 	enum dtype head_dtype;	 /* untied LM head's dtype; DT_F32 (0) = same as wdtype */
+	float kv_scale;		 /* > 0: FP8 KV cache scales of layer l, k = kv_scale * (1 +
+				  * l / 4), v = 1.5 k (engine/model.h k_scale, v_scale) */
 };
 
 int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, struct model **out);

@@ -533,6 +533,46 @@ START_TEST(test_vocab_padding_and_hf_sharded)
 }
 END_TEST
 
+/* The FP8 KV cache's scales of an llm-compressor checkpoint: per tensor,
+ * per KV head (the largest taken), none, and bad values refused. */
+START_TEST(test_hf_kv_scales)
+{
+	struct model_gen_opts o;
+	small_opts(&o, ARCH_LLAMA, DT_BF16);
+	o.cfg.n_layers = 3;
+	char dir[128];
+	struct diag d = { 0 };
+	for (int per_head = 0; per_head < 2; per_head++) {
+		snprintf(dir, sizeof dir, "%s/kvs%d", tmp, per_head);
+		o.kv_scale = 0.0625f;
+		o.kv_scale_per_head = per_head;
+		ck_assert_int_eq(model_gen_write_hf_dir(&o, dir, &d), 0);
+		struct model *m = load_ok(dir);
+		for (int l = 0; l < 3; l++) {
+			ck_assert_float_eq(m->w.layers[l].k_scale, 0.0625f * (float)(l + 1));
+			ck_assert_float_eq(m->w.layers[l].v_scale, 0.125f * (float)(l + 1));
+			ck_assert(m->w.layers[l].kv_scale_per_head == (per_head == 1));
+		}
+		model_destroy(m);
+	}
+	o.kv_scale = 0.0f;
+	snprintf(dir, sizeof dir, "%s/kvs_none", tmp);
+	ck_assert_int_eq(model_gen_write_hf_dir(&o, dir, &d), 0);
+	struct model *m = load_ok(dir);
+	ck_assert_float_eq(m->w.layers[0].k_scale, 0.0f);
+	ck_assert_float_eq(m->w.layers[2].v_scale, 0.0f);
+	model_destroy(m);
+	const float bad[] = { -0.5f, NAN, INFINITY };
+	for (int i = 0; i < 3; i++) {
+		snprintf(dir, sizeof dir, "%s/kvs_bad%d", tmp, i);
+		o.kv_scale = bad[i];
+		o.kv_scale_per_head = i == 2;
+		ck_assert_int_eq(model_gen_write_hf_dir(&o, dir, &d), 0);
+		expect_load_error(dir, ERR_FORMAT, "model.layers.0.self_attn.k_scale: scale");
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("model");
@@ -546,6 +586,7 @@ int main(void)
 	tcase_add_test(tc, test_hf_config_errors);
 	tcase_add_test(tc, test_gguf_load_errors);
 	tcase_add_test(tc, test_vocab_padding_and_hf_sharded);
+	tcase_add_test(tc, test_hf_kv_scales);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

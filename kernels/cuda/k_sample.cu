@@ -383,25 +383,60 @@ __device__ float process_row(const k_sample_args &a, const k_sample_row &rw, flo
 		l[e.token] = x;
 	}
 	__syncthreads();
+	// One pass: each value scaled and cleaned (written back for the later
+	// passes), the row's max m, and per thread the first index of its own
+	// largest value (its values come in increasing index order); the row's
+	// first index of m is the least of those whose value equals m. Rows of
+	// a multiple of 4 go in float4 steps, RU of them loaded before any is
+	// used: a 128K-vocabulary row is read by one CTA, so the loads in
+	// flight per thread set the time.
 	const float inv_t = rw.greedy ? 1.0f : rw.inv_temperature;
-	float m = -INFINITY;
-	for (int i = threadIdx.x; i < vocab; i += NT) {
-		float x = KS_FMUL(l[i], inv_t);
+	float m = -INFINITY, best = -INFINITY;
+	int first = INT_MAX;
+	auto take = [&](float x, int i) {
+		x = KS_FMUL(x, inv_t);
 		if (isnan(x))
 			x = -INFINITY;
 		else if (x > FLT_MAX)
 			x = FLT_MAX;
-		l[i] = x;
 		m = fmaxf(m, x);
-	}
-	m = block_max_f(m, s); // its barriers also publish l[]
-	int first = INT_MAX;
-	for (int i = threadIdx.x; i < vocab; i += NT)
-		if (l[i] == m) {
+		if (x > best || (x == best && first == INT_MAX)) {
+			best = x;
 			first = i;
-			break;
 		}
-	first = block_min_i(first, s);
+		return x;
+	};
+	constexpr int RU = 4;
+	const int nv = vocab % 4 == 0 && ((uintptr_t)l & 15) == 0 ? vocab / 4 : 0;
+	float4 *l4 = (float4 *)l;
+	int j = threadIdx.x;
+	for (; j + (RU - 1) * NT < nv; j += RU * NT) {
+		float4 v[RU];
+#pragma unroll
+		for (int u = 0; u < RU; u++)
+			v[u] = l4[j + u * NT];
+#pragma unroll
+		for (int u = 0; u < RU; u++) {
+			const int i = 4 * (j + u * NT);
+			v[u].x = take(v[u].x, i);
+			v[u].y = take(v[u].y, i + 1);
+			v[u].z = take(v[u].z, i + 2);
+			v[u].w = take(v[u].w, i + 3);
+			l4[j + u * NT] = v[u];
+		}
+	}
+	for (; j < nv; j += NT) {
+		float4 v = l4[j];
+		v.x = take(v.x, 4 * j);
+		v.y = take(v.y, 4 * j + 1);
+		v.z = take(v.z, 4 * j + 2);
+		v.w = take(v.w, 4 * j + 3);
+		l4[j] = v;
+	}
+	for (int i = 4 * nv + threadIdx.x; i < vocab; i += NT)
+		l[i] = take(l[i], i);
+	m = block_max_f(m, s); // its barriers also publish l[]
+	first = block_min_i(best == m ? first : INT_MAX, s);
 	*arg = first == INT_MAX ? 0 : first;
 	return m;
 }

@@ -228,6 +228,9 @@ extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_r
 
 #define QKV_WARPS     8	  // heads per CTA, one warp each
 #define ROPE_MAX_HALF 512 // head_dim <= 1024
+// More CTAs of 8 heads than this: one CTA per row instead (about 4 waves of
+// 8 CTAs on 132 SMs; a 2048-token prefill of 48 heads would launch 12288).
+#define QKV_ROW_CTAS  4096
 
 // 2*pi split in two doubles (Cody–Waite): HI is the double nearest 2*pi, LO
 // the rest, so k*2*pi is subtracted with ~2^-100 relative error.
@@ -235,40 +238,14 @@ extern "C" int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_r
 #define TWO_PI_LO     2.449293598294706414e-16
 #define INV_TWO_PI    0.15915494309189533577
 
-// Grid (n_rows, ceil(heads / QKV_WARPS)), QKV_WARPS warps. Head hh of a row
-// covers columns [hh*hd, (hh+1)*hd): q heads, then k heads, then v heads.
-// Angles: pos * inv_freq in double (as kops_rope_angles; the product is the
-// same double as on the CPU), reduced to [-pi, pi] in double, then sincosf in
-// F32 — within ~2e-7 of the CPU's (float)cos(double) even at pos 1e5+, where
-// an F32 product would already be off by ~4e-3 rad. Each lane owns rotation
-// pairs (i, i+half) or (2i, 2i+1), so norm, rotation and store need no
-// shared memory beyond the row's cos/sin table.
-__global__ void __launch_bounds__(QKV_WARPS * 32) qkv_rope_store_kernel(struct k_qkv_args a)
+// One head hh of row r (qkv_rope_store_kernel), by one warp.
+__device__ __forceinline__ void qkv_head(const struct k_qkv_args &a, size_t r, int hh,
+					 int32_t slot, int lane, const float *sh_cos,
+					 const float *sh_sin)
 {
-	__shared__ float sh_cos[ROPE_MAX_HALF], sh_sin[ROPE_MAX_HALF];
-	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
-	kcu_pdl_wait();
 	const int hd = a.head_dim, half = hd / 2;
 	const int nq = a.n_heads, nkv = a.n_kv_heads;
-	const size_t r = blockIdx.x;
-	const double pos = (double)a.positions[r];
-	for (int i = threadIdx.x; i < half; i += blockDim.x) {
-		double ang = pos * (double)a.inv_freq[i];
-		double k = rint(ang * INV_TWO_PI);
-		double red = fma(-k, TWO_PI_LO, fma(-k, TWO_PI_HI, ang));
-		float s, c;
-		sincosf((float)red, &s, &c);
-		sh_cos[i] = c;
-		sh_sin[i] = s;
-	}
-	__syncthreads(); // the only barrier: warps may leave after it
-
-	const int lane = threadIdx.x & 31;
-	const int hh = blockIdx.y * QKV_WARPS + (threadIdx.x >> 5);
-	if (hh >= nq + 2 * nkv)
-		return;
 	const int kind = hh < nq ? 0 : hh < nq + nkv ? 1 : 2; // q, k, v
-	const int32_t slot = a.slots[r];
 	if (kind != 0 && slot < 0)
 		return; // padding row: q only, the pools stay untouched
 	const size_t col = (size_t)hh * hd;
@@ -334,6 +311,48 @@ __global__ void __launch_bounds__(QKV_WARPS * 32) qkv_rope_store_kernel(struct k
 	}
 }
 
+// Grid (n_rows, ceil(heads / (QKV_WARPS * hpw))), QKV_WARPS warps; warp w of
+// CTA (r, y) takes heads y * QKV_WARPS * hpw + w + i * QKV_WARPS (i < hpw).
+// hpw is 1 for few rows (decode: the heads of a row spread over CTAs) and
+// all of a row's heads for many (prefill: a CTA per row, its angle table
+// built once, not once per 8 heads; QKV_ROW_CTAS). Each head is computed
+// the same way either way. Head hh of a row covers columns [hh*hd,
+// (hh+1)*hd): q heads, then k heads, then v heads.
+// Angles: pos * inv_freq in double (as kops_rope_angles; the product is the
+// same double as on the CPU), reduced to [-pi, pi] in double, then sincosf in
+// F32 — within ~2e-7 of the CPU's (float)cos(double) even at pos 1e5+, where
+// an F32 product would already be off by ~4e-3 rad. Each lane owns rotation
+// pairs (i, i+half) or (2i, 2i+1), so norm, rotation and store need no
+// shared memory beyond the row's cos/sin table.
+__global__ void __launch_bounds__(QKV_WARPS * 32)
+	qkv_rope_store_kernel(struct k_qkv_args a, int hpw)
+{
+	__shared__ float sh_cos[ROPE_MAX_HALF], sh_sin[ROPE_MAX_HALF];
+	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
+	kcu_pdl_wait();
+	const int hd = a.head_dim, half = hd / 2;
+	const int nq = a.n_heads, nkv = a.n_kv_heads;
+	const size_t r = blockIdx.x;
+	const double pos = (double)a.positions[r];
+	for (int i = threadIdx.x; i < half; i += blockDim.x) {
+		double ang = pos * (double)a.inv_freq[i];
+		double k = rint(ang * INV_TWO_PI);
+		double red = fma(-k, TWO_PI_LO, fma(-k, TWO_PI_HI, ang));
+		float s, c;
+		sincosf((float)red, &s, &c);
+		sh_cos[i] = c;
+		sh_sin[i] = s;
+	}
+	__syncthreads(); // the only barrier: warps may leave after it
+
+	const int lane = threadIdx.x & 31;
+	const int32_t slot = a.slots[r];
+	const int h_first = blockIdx.y * QKV_WARPS * hpw + (threadIdx.x >> 5);
+	const int h_end = min(nq + 2 * nkv, (int)(blockIdx.y + 1) * QKV_WARPS * hpw);
+	for (int hh = h_first; hh < h_end; hh += QKV_WARPS)
+		qkv_head(a, r, hh, slot, lane, sh_cos, sh_sin);
+}
+
 extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
 {
 	if (!a || a->n_rows < 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 || a->head_dim <= 0 ||
@@ -349,9 +368,14 @@ extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
 	const long long heads = (long long)a->n_heads + 2LL * a->n_kv_heads;
 	if (heads * a->head_dim > INT_MAX)
 		return ERR_INVAL;
-	const long long groups = (heads + QKV_WARPS - 1) / QKV_WARPS;
+	long long groups = (heads + QKV_WARPS - 1) / QKV_WARPS;
 	if (a->head_dim / 2 > ROPE_MAX_HALF || groups > 65535)
 		return ERR_UNSUPPORTED;
+	int hpw = 1;
+	if ((long long)a->n_rows * groups > QKV_ROW_CTAS) { // a CTA per row
+		hpw = (int)groups;
+		groups = 1;
+	}
 	if (a->n_rows == 0)
 		return 0;
 	if (!a->qkv || !a->inv_freq || !a->positions || !a->slots || !a->q || !a->k_cache ||
@@ -359,7 +383,7 @@ extern "C" int k_qkv_rope_store(void *stream, const struct k_qkv_args *a)
 		return ERR_INVAL;
 	dim3 grid((unsigned)a->n_rows, (unsigned)groups);
 	return kcu_launch_pdl("k_qkv_rope_store", qkv_rope_store_kernel, grid,
-			      dim3(QKV_WARPS * 32), 0, (cudaStream_t)stream, *a);
+			      dim3(QKV_WARPS * 32), 0, (cudaStream_t)stream, *a, hpw);
 }
 
 // ---- SiLU·mul ------------------------------------------------------------------

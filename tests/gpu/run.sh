@@ -107,8 +107,9 @@ done
 
 # A/B in the same run, batch 1 and the 2048-token prefill only: fusion off
 # (AORTA_CUDA_FUSION=0: norms, SwiGLU and the decode split merge as kernels
-# of their own) and programmatic dependent launch off (AORTA_CUDA_PDL=0);
-# both off is the engine as it was before them
+# of their own, and the 8-bit prefill's activation quantization after the
+# norm / SwiGLU instead of inside them) and programmatic dependent launch
+# off (AORTA_CUDA_PDL=0); both off is the engine as it was before them
 for ab in "nopdl:AORTA_CUDA_PDL=0" "base:AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0"; do
 	for q in none fp8; do
 		stamp "engine bench, ${ab#*:}: Llama-3-8B shape, bf16, --quantization $q"
@@ -182,6 +183,7 @@ for ab in nopdl base; do
 	echo "$ab ($( [ $ab = nopdl ] && echo AORTA_CUDA_PDL=0 || echo AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0 )), none then fp8:"
 	grep -hE "^(prefill|decode)" "$LOG"/bench_${ab}_none.txt "$LOG"/bench_${ab}_fp8.txt
 done
+grep -hE "^quant\.producer\." "$LOG"/bench_cuda_quant.txt 2>/dev/null
 grep -hE "quant \(cuda\)" "$LOG"/test_engine_quant_cuda.log 2>/dev/null
 save
 exit $tests_rc

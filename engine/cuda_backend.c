@@ -93,6 +93,7 @@ struct cu_layer {
 	float *q_norm, *k_norm;	     /* F32 [head_dim] or NULL */
 	struct cu_w qkv, o, gu, down;
 	float k_scale, v_scale; /* FP8 KV cache: the checkpoint's, else KV_FP8_SCALE */
+	float *k_head_scale, *v_head_scale; /* F32 [n_kv_heads] when it has them per head */
 };
 
 /* Offsets (in int32 elements) of the batch metadata in the staging area. */
@@ -454,6 +455,12 @@ static int load_layers(struct cuda_backend *cb, enum dtype quant, struct diag *d
 			return rc;
 		o->k_scale = w->k_scale > 0.0f ? w->k_scale : KV_FP8_SCALE;
 		o->v_scale = w->v_scale > 0.0f ? w->v_scale : KV_FP8_SCALE;
+		const size_t hs = (size_t)c->n_kv_heads * sizeof(float);
+		if ((w->k_head_scale &&
+		     (rc = upload(cb, w->k_head_scale, hs, (void **)&o->k_head_scale))) ||
+		    (w->v_head_scale &&
+		     (rc = upload(cb, w->v_head_scale, hs, (void **)&o->v_head_scale))))
+			return dev_error(d, rc, what);
 		if (c->qkv_bias && (rc = upload_bias(cb, w, q_dim, kv_dim, &o->bqkv, d)))
 			return rc;
 		if (c->qk_norm &&
@@ -805,11 +812,14 @@ static int run_layers(struct cuda_backend *cb, int t, int n_seqs, int max_rows, 
 			.head_dim = c->head_dim, .block_size = cb->block_size, .q = cb->q,
 			.k_cache = k_pool, .v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
 			.k_scale = L->k_scale, .v_scale = L->v_scale,
+			.k_head_scale = L->k_head_scale, .v_head_scale = L->v_head_scale,
 		};
 		struct k_attn_args aa = {
 			.q = cb->q, .out = cb->attn, .out_dt = cb->gdt, .k_cache = k_pool,
 			.v_cache = k_pool + cb->kv_layer_bytes, .kv_dt = cb->kv_dt,
-			.k_scale = L->k_scale, .v_scale = L->v_scale, .block_tables = dm + cb->meta.tables,
+			.k_scale = L->k_scale, .v_scale = L->v_scale,
+			.k_head_scale = L->k_head_scale, .v_head_scale = L->v_head_scale,
+			.block_tables = dm + cb->meta.tables,
 			.max_blocks_per_seq = cb->o.max_blocks_per_seq,
 			.positions = dm + cb->meta.positions, .row_seq = dm + cb->meta.row_seq,
 			.seq_start = dm + cb->meta.seq_start, .n_rows = t, .n_seqs = n_seqs,
@@ -1231,7 +1241,7 @@ static void log_kv_scales(const struct cuda_backend *cb)
 	for (int l = 0; l < cb->cfg.n_layers; l++) {
 		const struct layer_weights *w = &cb->m->w.layers[l];
 		n_ckpt += w->k_scale > 0.0f || w->v_scale > 0.0f;
-		per_head = per_head || w->kv_scale_per_head;
+		per_head = per_head || w->k_head_scale || w->v_head_scale;
 	}
 	if (n_ckpt == 0) {
 		log_warn("cuda", "FP8 KV cache with scale 1.0: the checkpoint has no "
@@ -1242,7 +1252,8 @@ static void log_kv_scales(const struct cuda_backend *cb)
 			 "k %g, v %g; missing ones 1.0)%s",
 		 n_ckpt, cb->cfg.n_layers, (double)cb->layers[0].k_scale,
 		 (double)cb->layers[0].v_scale,
-		 per_head ? "; its per-KV-head scales are taken as their largest per layer" : "");
+		 per_head ? "; per KV head where the checkpoint has them (layer 0 shows their "
+			    "largest)" : "");
 }
 
 int backend_cuda_create(const struct model *m, const struct engine_opts *opts,

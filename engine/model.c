@@ -188,12 +188,11 @@ static int bind_one(struct model *m, const struct model_tensor_name *e, int il, 
 
 /* The FP8 KV cache's scale of layer il for which ("k" or "v"), as vLLM
  * reads llm-compressor checkpoints: self_attn.<which>_scale, else the older
- * self_attn.kv_scale (both K and V). One value, or one per KV head (their
- * largest: the cache here has one scale per layer, and the largest never
- * saturates a head that its own scale would not). F32/F16/BF16, finite and
- * > 0. *out stays 0 when the checkpoint has neither. */
-static int bind_kv_scale(struct model *m, int il, const char *which, float *out, bool *per_head,
-			 struct diag *d)
+ * self_attn.kv_scale (both K and V). One value, or one per KV head (*head:
+ * the values, owned by the model; *out their largest). F32/F16/BF16, finite
+ * and > 0. *out stays 0 and *head NULL when the checkpoint has neither. */
+static int bind_kv_scale(struct model *m, int il, const char *which, float *out,
+			 const float **head, struct diag *d)
 {
 	char name[160];
 	snprintf(name, sizeof name, "model.layers.%d.self_attn.%s_scale", il, which);
@@ -210,16 +209,29 @@ static int bind_kv_scale(struct model *m, int il, const char *which, float *out,
 	if (n != 1 && n != (uint64_t)m->cfg.n_kv_heads)
 		return diag_set(d, ERR_FORMAT, "%s: %llu values (want 1, or one per KV head: %d)",
 				name, (unsigned long long)n, m->cfg.n_kv_heads);
-	float v = 0.0f;
+	float *v = NULL;
+	if (n > 1) {
+		struct model_priv *p = m->priv;
+		float **ns = realloc(p->scales, (size_t)(p->n_scales + 1) * sizeof *ns);
+		if (!ns)
+			return diag_set(d, ERR_NOMEM, "out of memory");
+		p->scales = ns;
+		if (!(v = malloc((size_t)n * sizeof *v)))
+			return diag_set(d, ERR_NOMEM, "out of memory");
+		p->scales[p->n_scales++] = v;
+	}
+	float top = 0.0f;
 	for (uint64_t i = 0; i < n; i++) {
 		const float f = tensor_float(s, i);
 		if (!(isfinite(f) && f > 0.0f))
 			return diag_set(d, ERR_FORMAT, "%s: scale %g (want finite and > 0)", name,
 					(double)f);
-		v = fmaxf(v, f);
+		top = fmaxf(top, f);
+		if (v)
+			v[i] = f;
 	}
-	*out = v;
-	*per_head = *per_head || n > 1;
+	*out = top;
+	*head = v;
 	return 0;
 }
 
@@ -246,8 +258,8 @@ static int bind_weights(struct model *m, struct diag *d)
 		}
 	for (int il = 0; il < m->cfg.n_layers && m->format == MODEL_FORMAT_HF; il++) {
 		struct layer_weights *L = &m->w.layers[il];
-		if ((rc = bind_kv_scale(m, il, "k", &L->k_scale, &L->kv_scale_per_head, d)) ||
-		    (rc = bind_kv_scale(m, il, "v", &L->v_scale, &L->kv_scale_per_head, d)))
+		if ((rc = bind_kv_scale(m, il, "k", &L->k_scale, &L->k_head_scale, d)) ||
+		    (rc = bind_kv_scale(m, il, "v", &L->v_scale, &L->v_head_scale, d)))
 			return rc;
 	}
 	const struct tensor *rf = find(m, "rope_freqs.weight");

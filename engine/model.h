@@ -98,10 +98,11 @@ struct layer_weights {
 	struct tensor w_down;	  /* (hidden, ffn) */
 	/* The FP8 KV cache's scales from the checkpoint (HF self_attn.k_scale /
 	 * v_scale, or kv_scale for both): the cache stores value / scale. 0: the
-	 * checkpoint has none. One per layer: a checkpoint's per-KV-head scales
-	 * become their largest (kv_scale_per_head set). */
+	 * checkpoint has none. Per KV head when the checkpoint has one per head:
+	 * k_head_scale / v_head_scale [n_kv_heads] (else NULL), k_scale / v_scale
+	 * then their largest. */
 	float k_scale, v_scale;
-	bool kv_scale_per_head;
+	const float *k_head_scale, *v_head_scale;
 };
 
 struct model_weights {

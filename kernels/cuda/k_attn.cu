@@ -56,7 +56,19 @@ struct attn_geo {
 	int ctx_limit;	   // positions past this are never read (table size, max_ctx)
 	float k_mul;	   // scale (* k_scale for FP8)
 	float v_mul;	   // 1 (v_scale for FP8)
+	const float *k_head, *v_head; // FP8 per-KV-head scales, or NULL: k_mul, v_mul
 };
+
+// The score and output multipliers of KV head kvh (per-head FP8 scales
+// where given; a.scale * scale is the one product the host forms for k_mul).
+__device__ __forceinline__ float head_k_mul(const k_attn_args &a, const attn_geo &g, int kvh)
+{
+	return g.k_head ? a.scale * g.k_head[kvh] : g.k_mul;
+}
+__device__ __forceinline__ float head_v_mul(const attn_geo &g, int kvh)
+{
+	return g.v_head ? g.v_head[kvh] : g.v_mul;
+}
 
 // Most splits any launch with this max_ctx uses (sizes the workspace).
 int max_splits_for(int max_ctx)
@@ -205,6 +217,7 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 	kcu_pdl_wait();
 	const int r = blockIdx.x;
 	const int kvh = blockIdx.y / g.n_hchunks;
+	const float k_mul = head_k_mul(a, g, kvh), v_mul = head_v_mul(g, kvh);
 	const int hbeg = (blockIdx.y % g.n_hchunks) * NH; // within the group
 	const int h0 = kvh * g.group + hbeg;			  // first query head
 	const int ng = min(NH, g.group - hbeg);
@@ -285,7 +298,7 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 #pragma unroll
 			for (int o = LPR / 2; o > 0; o >>= 1)
 				dot += __shfl_xor_sync(0xffffffffu, dot, o);
-			const float s = valid ? dot * g.k_mul : -INFINITY;
+			const float s = valid ? dot * k_mul : -INFINITY;
 			const float m_new = fmaxf(m[h], s);
 			if (m_new == -INFINITY)
 				continue;
@@ -350,7 +363,7 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 		}
 		const size_t hrow = (size_t)r * a.n_heads + h0 + h; // (row, query head)
 		if (g.n_splits == 1) {
-			kcu_store(a.out, a.out_dt, hrow * HD + d, L > 0.0f ? A / L * g.v_mul : 0.0f);
+			kcu_store(a.out, a.out_dt, hrow * HD + d, L > 0.0f ? A / L * v_mul : 0.0f);
 		} else {
 			const size_t part = hrow * g.n_splits + split;
 			ws[n_part * 2 + part * HD + d] = A;
@@ -392,7 +405,7 @@ __global__ void __launch_bounds__(DEC_THREADS, NH == 4 ? 4 : 3)
 		const size_t hrow = (size_t)r * a.n_heads + h0 + h;
 		const float *acc = ws + n_part * 2 + hrow * g.n_splits * HD;
 		kcu_store(a.out, a.out_dt, hrow * HD + d,
-			  merge_dim(s_w[h], acc, n_used, HD, d, s_L[h], g.v_mul));
+			  merge_dim(s_w[h], acc, n_used, HD, d, s_L[h], v_mul));
 	}
 }
 
@@ -408,6 +421,7 @@ __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 	kcu_pdl_trigger(); // PDL: nothing read or written before the wait
 	kcu_pdl_wait();
 	const int r = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+	const float v_mul = head_v_mul(g, h / g.group);
 	const int n_ctx = row_ctx(a.positions[r], g.ctx_limit);
 	const int len = split_len_of(n_ctx, g.n_splits);
 	const int n_used = len > 0 ? min(g.n_splits, (n_ctx + len - 1) / len) : 0;
@@ -423,7 +437,7 @@ __global__ void attn_merge_kernel(const k_attn_args a, const attn_geo g)
 	}
 	__syncthreads();
 	for (int d = threadIdx.x; d < hd; d += blockDim.x)
-		kcu_store(a.out, a.out_dt, hrow * hd + d, merge_dim(sw, acc, n_used, hd, d, s_l, g.v_mul));
+		kcu_store(a.out, a.out_dt, hrow * hd + d, merge_dim(sw, acc, n_used, hd, d, s_l, v_mul));
 }
 
 // ---- prefill: one CTA per (query tile of one sequence, kv head x head chunk) ----
@@ -478,6 +492,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 
 	const int s = blockIdx.z;
 	const int kvh = blockIdx.y / g.n_hchunks;
+	const float k_mul = head_k_mul(a, g, kvh), v_mul = head_v_mul(g, kvh);
 	const int hbeg = (blockIdx.y % g.n_hchunks) * g.hc;
 	const int ng = min(g.hc, g.group - hbeg);
 	const int row0 = a.seq_start[s] + (int)blockIdx.x * g.rows_per_tile;
@@ -559,7 +574,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 #pragma unroll
 			for (int j = 0; j < RK; j++) {
 				const int t = kt0 + tx + 16 * j;
-				sc[i][j] = t <= my_last[i] ? sc[i][j] * g.k_mul : -INFINITY;
+				sc[i][j] = t <= my_last[i] ? sc[i][j] * k_mul : -INFINITY;
 				mx = fmaxf(mx, sc[i][j]);
 			}
 #pragma unroll
@@ -628,7 +643,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 		const int row = row0 + qv / g.hc, h = qv % g.hc;
 		if (row >= row_end || h >= ng)
 			continue;
-		const float inv = l[i] > 0.0f ? g.v_mul / l[i] : 0.0f;
+		const float inv = l[i] > 0.0f ? v_mul / l[i] : 0.0f;
 		const size_t base = ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD;
 #pragma unroll
 		for (int c = 0; c < NC; c++)
@@ -767,6 +782,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 
 	const int s = blockIdx.z;
 	const int kvh = blockIdx.y / g.n_hchunks;
+	const float k_mul = head_k_mul(a, g, kvh), v_mul = head_v_mul(g, kvh);
 	const int hbeg = (blockIdx.y % g.n_hchunks) * g.hc;
 	const int ng = min(g.hc, g.group - hbeg);
 	// the last tiles of a sequence (the most positions, causal) start first
@@ -879,8 +895,8 @@ __global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
 					const int t = kt0 + j * 8 + 2 * t4 + e;
-					sc[j][e] = t <= last0 ? sc[j][e] * g.k_mul : -INFINITY;
-					sc[j][2 + e] = t <= last1 ? sc[j][2 + e] * g.k_mul : -INFINITY;
+					sc[j][e] = t <= last0 ? sc[j][e] * k_mul : -INFINITY;
+					sc[j][2 + e] = t <= last1 ? sc[j][2 + e] * k_mul : -INFINITY;
 					mx0 = fmaxf(mx0, sc[j][e]);
 					mx1 = fmaxf(mx1, sc[j][2 + e]);
 				}
@@ -947,7 +963,7 @@ __global__ void __launch_bounds__(TC_THREADS, tc_cfg<HD>::MIN_CTAS)
 		const int qv = warp * 16 + g8 + 8 * hr;
 		const int row = row0 + qv / g.hc, h = qv % g.hc;
 		const float l = hr ? l1 : l0;
-		const float inv = l > 0.0f ? g.v_mul / l : 0.0f; // 0 for padding rows
+		const float inv = l > 0.0f ? v_mul / l : 0.0f; // 0 for padding rows
 		if (row >= row_end || h >= ng)
 			continue;
 		const size_t ob = ((size_t)row * a.n_heads + kvh * g.group + hbeg + h) * HD + 2 * t4;
@@ -1059,6 +1075,8 @@ int check_common(const k_attn_args *a, attn_geo *g, bool *empty)
 	g->ctx_limit = limit > INT32_MAX ? INT32_MAX : (int)limit;
 	g->k_mul = fp8 ? a->scale * a->k_scale : a->scale;
 	g->v_mul = fp8 ? a->v_scale : 1.0f;
+	g->k_head = fp8 ? a->k_head_scale : NULL;
+	g->v_head = fp8 ? a->v_head_scale : NULL;
 	g->n_splits = 1;
 	g->rows_per_tile = 1;
 	return 0;

@@ -269,10 +269,11 @@ __device__ __forceinline__ void qkv_head(const struct k_qkv_args &a, size_t r, i
 	float *qo = NULL;
 	void *cache = NULL;
 	size_t kvo = 0;
+	const int kvh = kind == 1 ? hh - nq : hh - nq - nkv; // k / v: its KV head
 	if (kind == 0) {
 		qo = a.q + r * ((size_t)nq * hd) + col;
 	} else {
-		const int h = kind == 1 ? hh - nq : hh - nq - nkv;
+		const int h = kvh;
 		const size_t blk = (size_t)(slot / a.block_size), j = (size_t)(slot % a.block_size);
 		kvo = ((blk * nkv + h) * a.block_size + j) * hd; // kops_kv_offset
 		cache = kind == 1 ? a.k_cache : a.v_cache;
@@ -300,7 +301,9 @@ __device__ __forceinline__ void qkv_head(const struct k_qkv_args &a, size_t r, i
 			qo[i0] = v0;
 			qo[i1] = v1;
 		} else if (a.kv_dt == DT_F8_E4M3) {
-			const float inv_s = kind == 1 ? 1.0f / a.k_scale : 1.0f / a.v_scale;
+			const float *hs = kind == 1 ? a.k_head_scale : a.v_head_scale;
+			const float inv_s =
+				1.0f / (hs ? hs[kvh] : kind == 1 ? a.k_scale : a.v_scale);
 			__nv_fp8_storage_t *c8 = (__nv_fp8_storage_t *)cache;
 			c8[kvo + (size_t)i0] = __nv_cvt_float_to_fp8(v0 * inv_s, __NV_SATFINITE, __NV_E4M3);
 			c8[kvo + (size_t)i1] = __nv_cvt_float_to_fp8(v1 * inv_s, __NV_SATFINITE, __NV_E4M3);

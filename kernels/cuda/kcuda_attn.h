@@ -38,7 +38,8 @@
  *
  * head_dim: 64, 128 or 256 (others: ERR_UNSUPPORTED). kv_dt: DT_F16,
  * DT_BF16, DT_F32, and DT_F8_E4M3 (values stored as value / k_scale or
- * value / v_scale, both > 0; the scales are ignored for the other types).
+ * value / v_scale, both > 0, or per KV head kvh value / k_head_scale[kvh]
+ * and / v_head_scale[kvh]; the scales are ignored for the other types).
  * out_dt: DT_F16, DT_BF16 or DT_F32 (others: ERR_UNSUPPORTED). q, k_cache
  * and v_cache must be 16-byte aligned (vector loads). Other argument errors:
  * ERR_INVAL; n_rows == 0 launches nothing. Plain C launchers, no
@@ -76,6 +77,9 @@ struct k_attn_args {
 	const void *v_cache;	    /* this layer's V pool */
 	enum dtype kv_dt;
 	float k_scale, v_scale;	    /* DT_F8_E4M3 only */
+	/* DT_F8_E4M3 only, optional: device [n_kv_heads] scales of each KV head
+	 * (finite, > 0), used instead of k_scale / v_scale where not NULL */
+	const float *k_head_scale, *v_head_scale;
 	const int32_t *block_tables; /* [n_seqs * max_blocks_per_seq] */
 	int max_blocks_per_seq;
 	const int32_t *positions;   /* [n_rows] */

@@ -84,6 +84,9 @@ struct k_qkv_args {
 	float k_scale, v_scale; /* FP8 only, > 0: the pool stores value / scale,
 				 * rounded to nearest even and saturated to +-448
 				 * (f32_to_f8e4m3); the attention kernels multiply back */
+	/* FP8 only, optional: device [n_kv_heads] scales of each KV head, used
+	 * instead of k_scale / v_scale where not NULL (as k_attn_args) */
+	const float *k_head_scale, *v_head_scale;
 };
 int k_qkv_rope_store(void *stream, const struct k_qkv_args *a);
 

@@ -13,8 +13,8 @@
  *  3. CUDA graphs vs eager decode: same logits to accumulation-order tolerance;
  *  4. copy_blocks, invalid batches (ERR_INVAL, engine still usable), and the
  *     KV pool sized from gpu_memory_utilization;
- *  5. (issue 10) FP8 KV cache (scale 1, and the checkpoint's per-layer k/v
- *     scales, which must change the logits), Q8_0 / INT8 / FP8 weights and
+ *  5. (issue 10) FP8 KV cache (scale 1, the checkpoint's per-layer k/v
+ *     scales and per-KV-head ones, each of which must change the logits), Q8_0 / INT8 / FP8 weights and
  *     --quantization int8|fp8, against the CPU engine on the same quantized
  *     weights;
  *  6. engine_forward_sample (k_sample on the device, graph and eager steps)
@@ -223,9 +223,10 @@ static void run_plan(struct engine *e, struct seq *sq, float *logits, float *all
  * not NULL, gets the CUDA engine's logits rows (64 * vocab). */
 static void compare_model_s(const char *name, const struct model_config *c, enum dtype wdt,
 			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol,
-			    float kv_scale, float *keep)
+			    float kv_scale, bool per_head, float *keep)
 {
-	struct tmodel_opts to = { .wdtype = wdt, .seed = 7, .layout = lay, .kv_scale = kv_scale };
+	struct tmodel_opts to = { .wdtype = wdt, .seed = 7, .layout = lay, .kv_scale = kv_scale,
+				  .kv_scale_per_head = per_head };
 	struct model *m = NULL;
 	if (tmodel_create(c, &to, &m)) {
 		CHECK(0, "%s: tmodel_create", name);
@@ -280,7 +281,7 @@ static void compare_model_s(const char *name, const struct model_config *c, enum
 static void compare_model_q(const char *name, const struct model_config *c, enum dtype wdt,
 			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol)
 {
-	compare_model_s(name, c, wdt, lay, kv, quant, tol, 0.0f, NULL);
+	compare_model_s(name, c, wdt, lay, kv, quant, tol, 0.0f, false, NULL);
 }
 
 static void compare_model(const char *name, const struct model_config *c, enum dtype wdt,
@@ -777,14 +778,22 @@ int main(void)
 	{ /* checkpoint scales (not powers of 2): K/V stored as value / scale */
 		const size_t nl = (size_t)64 * c.vocab;
 		float *plain = calloc(nl, sizeof(float)), *scaled = calloc(nl, sizeof(float));
+		float *heads = calloc(nl, sizeof(float));
 		compare_model_s("fp8 kv cache", &c, DT_F16, ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32,
-				0.15, 0.0f, plain);
+				0.15, 0.0f, false, plain);
+		/* 0.05: three times what the emulator measures (0.017); a K scale
+		 * of the wrong head (2x off) gives 0.086 */
 		compare_model_s("fp8 kv cache, checkpoint k/v scales", &c, DT_F16, ROPE_STYLE_NEOX,
-				DT_F8_E4M3, DT_F32, 0.15, 0.0213f, scaled);
+				DT_F8_E4M3, DT_F32, 0.05, 0.0213f, false, scaled);
+		compare_model_s("fp8 kv cache, checkpoint k/v scales per kv head", &c, DT_F16,
+				ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32, 0.05, 0.0213f, true, heads);
 		CHECK(plain && scaled && memcmp(plain, scaled, nl * sizeof(float)) != 0,
 		      "fp8 kv cache: the checkpoint's k/v scales changed no logit");
+		CHECK(scaled && heads && memcmp(scaled, heads, nl * sizeof(float)) != 0,
+		      "fp8 kv cache: the per-head scales changed no logit");
 		free(plain);
 		free(scaled);
+		free(heads);
 	}
 	compare_model_q("q8_0 weights", &c, DT_Q8_0, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);
 	compare_model_q("int8 weights", &c, DT_I8, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);

@@ -230,6 +230,21 @@ int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, s
 			w->k_scale = o->kv_scale * (1.0f + 0.25f * (float)l);
 			w->v_scale = 1.5f * o->kv_scale * (1.0f + 0.25f * (float)l);
 		}
+		if (o->kv_scale > 0 && o->kv_scale_per_head) { /* head h: (h + 1) / n_kv of it */
+			const int n = cfg->n_kv_heads;
+			float *hk = keep(m, malloc((size_t)n * sizeof(float)));
+			float *hv = keep(m, malloc((size_t)n * sizeof(float)));
+			if (!hk || !hv) {
+				g.rc = ERR_NOMEM;
+				break;
+			}
+			for (int h = 0; h < n; h++) {
+				hk[h] = w->k_scale * (float)(h + 1) / (float)n;
+				hv[h] = w->v_scale * (float)(h + 1) / (float)n;
+			}
+			w->k_head_scale = hk;
+			w->v_head_scale = hv;
+		}
 #undef NM
 	}
 	draw(&g, &m->w.out_norm, "output_norm.weight", H, 0, 1.0f, 0.1f, 0, 0);

@@ -27,6 +27,7 @@ struct tmodel_opts {
 	enum dtype head_dtype;	 /* untied LM head's dtype; DT_F32 (0) = same as wdtype */
 	float kv_scale;		 /* > 0: FP8 KV cache scales of layer l, k = kv_scale * (1 +
 				  * l / 4), v = 1.5 k (engine/model.h k_scale, v_scale) */
+	bool kv_scale_per_head;	 /* and per KV head h: (h + 1) / n_kv_heads of those */
 };
 
 int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, struct model **out);

@@ -6,7 +6,8 @@
  * outside the pool, so reading them faults), random Q, and runs both kernels
  * on the same rows (decode treats every row alone; prefill needs chunks of
  * consecutive positions). The CPU reference runs on the F32 values the pool
- * holds (dequantized for BF16 / FP8). Decodes run a second time with the
+ * holds (dequantized for BF16 / FP8; FP8 scaled per tensor, and in two cases
+ * per KV head through k_head_scale / v_head_scale). Decodes run a second time with the
  * split merge fused into the decode kernel (split_counters): the same bytes
  * as the merge kernel's, and the counters zero again. Outputs and the decode workspace are
  * pre-filled with NaN so an unwritten value fails. Decode is rerun with the
@@ -51,6 +52,7 @@ struct tcase {
 	int max_ctx_extra; /* decode max_ctx = longest context + this */
 	int n_seqs;
 	struct seq_spec seqs[MAX_SEQS];
+	int per_head; /* FP8: KV head h's scales are the fp8_*_scale below * (h + 1) / 2 */
 };
 
 /* Decode batches (one row per sequence: contexts 1, 15, 16, 17, 255, 1000,
@@ -93,11 +95,17 @@ static const struct tcase cases[] = {
 	 {{7, 50}, {64, 0}, {1, 300}}},
 	{"pre gqa3 hd64 bs32 f16->bf16", 12, 4, 64, 32, DT_F16, DT_BF16, 0, 4,
 	 {{200, 0}, {1, 3}, {7, 15}, {22, 40}}},
+	/* FP8 scales per KV head (k_head_scale, v_head_scale) */
+	{"dec gqa4 hd128 bs16 fp8->f32 per-head scales", 32, 8, 128, 16, DT_F8_E4M3, DT_F32, 0, 3,
+	 {{1, 15}, {1, 999}, {1, 300}}, 1},
+	{"pre gqa8 hd64 bs32 fp8->f16 per-head scales", 64, 8, 64, 32, DT_F8_E4M3, DT_F16, 0, 2,
+	 {{64, 129}, {7, 40}}, 1},
 };
 
 /* FP8 pools store value / scale; a power-of-two K scale and a V scale that
  * is not one, so both multiplications are exercised. */
 static const float fp8_k_scale = 1.0f / 128.0f, fp8_v_scale = 0.01f;
+#define MAX_KV_HEADS 64
 
 /* Tolerance, |got - ref| <= atol + rtol * |ref|. Both sides start from the
  * same values (the reference reads the pool's exact F32 values) and
@@ -280,14 +288,24 @@ struct batch {
 	void *k_pool, *v_pool;	  /* packed in kv_dt */
 };
 
-static void fill_pool(struct kc_rng *rng, enum dtype dt, float scale, size_t n, float **ref,
+/* The FP8 scale of KV head h (v: V, else K) of case c. */
+static float head_scale(const struct tcase *c, int v, int h)
+{
+	const float s = v ? fp8_v_scale : fp8_k_scale;
+	return c->per_head ? s * (float)(h + 1) / 2.0f : s;
+}
+
+static void fill_pool(struct kc_rng *rng, const struct tcase *c, int v, size_t n, float **ref,
 		      void **packed)
 {
+	const enum dtype dt = c->kv_dt;
 	float *x = xmalloc(n * sizeof(float));
 	kc_fill(rng, x, n, -1.0f, 1.0f);
 	if (dt == DT_F8_E4M3) {
 		uint8_t *b = xmalloc(n);
+		const size_t per_head = (size_t)c->block_size * c->head_dim; /* kops_kv_offset */
 		for (size_t i = 0; i < n; i++) {
+			const float scale = head_scale(c, v, (int)(i / per_head % c->n_kv_heads));
 			b[i] = f32_to_f8e4m3(x[i] / scale);
 			x[i] = f8e4m3_to_f32(b[i]) * scale;
 		}
@@ -343,8 +361,8 @@ static void build_batch(const struct tcase *c, struct kc_rng *rng, struct batch 
 	free(perm);
 
 	b->pool_elems = (size_t)n_blocks * c->n_kv_heads * c->block_size * c->head_dim;
-	fill_pool(rng, c->kv_dt, fp8_k_scale, b->pool_elems, &b->k_ref, &b->k_pool);
-	fill_pool(rng, c->kv_dt, fp8_v_scale, b->pool_elems, &b->v_ref, &b->v_pool);
+	fill_pool(rng, c, 0, b->pool_elems, &b->k_ref, &b->k_pool);
+	fill_pool(rng, c, 1, b->pool_elems, &b->v_ref, &b->v_pool);
 	const size_t qn = (size_t)b->n_rows * c->n_heads * c->head_dim;
 	b->q = xmalloc(qn * sizeof(float));
 	kc_fill(rng, b->q, qn, -2.0f, 2.0f); /* scores up to a few units: a peaked softmax */
@@ -491,10 +509,16 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 	void *d_ss = kc_upload(b.seq_start, (size_t)(c->n_seqs + 1) * sizeof(int32_t));
 	void *d_out = kc_dev_alloc(n_out * esize(c->out_dt));
 	void *d_ws = ws_bytes ? kc_dev_alloc(ws_bytes) : NULL;
+	float hs[2][MAX_KV_HEADS] = { { 0 } };
+	for (int h = 0; h < c->n_kv_heads && h < MAX_KV_HEADS; h++)
+		hs[0][h] = head_scale(c, 0, h), hs[1][h] = head_scale(c, 1, h);
+	float *d_hs = kc_upload(hs, sizeof hs);
 	struct k_attn_args a = {
 		.q = d_q, .out = d_out, .out_dt = c->out_dt, .k_cache = d_k, .v_cache = d_v,
 		.kv_dt = c->kv_dt, .k_scale = fp8 ? fp8_k_scale : 0.0f,
 		.v_scale = fp8 ? fp8_v_scale : 0.0f, /* ignored unless FP8 */
+		.k_head_scale = c->per_head ? d_hs : NULL,
+		.v_head_scale = c->per_head ? d_hs + MAX_KV_HEADS : NULL,
 		.block_tables = d_tab, .max_blocks_per_seq = b.mbps, .positions = d_pos,
 		.row_seq = d_rs, .seq_start = d_ss, .n_rows = b.n_rows, .n_seqs = c->n_seqs,
 		.max_rows_per_seq = b.max_rows, .max_ctx = max_ctx, .block_size = c->block_size,
@@ -569,6 +593,7 @@ static void test_case(const struct tcase *c, uint64_t seed, void *stream)
 
 	free(pos2);
 	free(ref_tc);
+	kc_dev_free(d_hs);
 	kc_dev_free(d_q);
 	kc_dev_free(d_k);
 	kc_dev_free(d_v);

@@ -366,7 +366,15 @@ struct qkv_case {
 	int head_dim, n_heads, n_kv_heads, style, bias, norm, block_size, n_rows;
 	enum dtype kv_dt;
 	float k_scale, v_scale; /* FP8 pools only */
+	int per_head;		/* FP8: KV head h's scales are k_scale, v_scale * (h + 1) / 2 */
 };
+
+/* The FP8 scale of KV head h (k: which == 0) of a case. */
+static float head_scale(const struct qkv_case *c, int which, int h)
+{
+	const float s = which ? c->v_scale : c->k_scale;
+	return c->per_head ? s * (float)(h + 1) / 2.0f : s;
+}
 
 static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 {
@@ -435,8 +443,8 @@ static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 			continue;
 		if (kt == DT_F8_E4M3) { /* the pool holds value / scale in FP8 */
 			for (int i = 0; i < kv_dim; i++) {
-				k[i] /= c->k_scale;
-				v[i] /= c->v_scale;
+				k[i] /= head_scale(c, 0, i / hd);
+				v[i] /= head_scale(c, 1, i / hd);
 			}
 		}
 		kc_round(k, kv_dim, kt);
@@ -456,6 +464,12 @@ static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 	int32_t *d_slots = kc_upload(slots, rows * sizeof(int32_t));
 	float *d_q = kc_dev_alloc((size_t)rows * q_dim * sizeof(float));
 	void *d_k = kc_upload(sent, pool_n * esize(kt)), *d_v = kc_upload(sent, pool_n * esize(kt));
+	float hk[64], hv[64];
+	for (int h = 0; h < c->n_kv_heads && h < 64; h++) {
+		hk[h] = head_scale(c, 0, h);
+		hv[h] = head_scale(c, 1, h);
+	}
+	float *d_hk = kc_upload(hk, sizeof hk), *d_hv = kc_upload(hv, sizeof hv);
 	struct k_qkv_args a = {
 		.qkv = d_qkv,
 		.bias = c->bias ? d_bias : NULL,
@@ -477,14 +491,16 @@ static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 		.kv_dt = kt,
 		.k_scale = c->k_scale,
 		.v_scale = c->v_scale,
+		.k_head_scale = c->per_head ? d_hk : NULL,
+		.v_head_scale = c->per_head ? d_hv : NULL,
 	};
 	kc_ok(k_qkv_rope_store(NULL, &a), "k_qkv_rope_store");
 	kc_sync("k_qkv_rope_store");
 
 	char tag[96], what[128];
-	snprintf(tag, sizeof tag, "hd%d %d/%d %s%s%s %s bs%d r%d", hd, c->n_heads, c->n_kv_heads,
-		 c->style ? "norm" : "neox", c->bias ? " bias" : "", c->norm ? " qknorm" : "",
-		 dtype_name(kt), bs, rows);
+	snprintf(tag, sizeof tag, "hd%d %d/%d %s%s%s %s%s bs%d r%d", hd, c->n_heads,
+		 c->n_kv_heads, c->style ? "norm" : "neox", c->bias ? " bias" : "",
+		 c->norm ? " qknorm" : "", dtype_name(kt), c->per_head ? " per-head" : "", bs, rows);
 	float *got = fetch(d_q, (size_t)rows * q_dim, DT_F32);
 	snprintf(what, sizeof what, "qkv q %s", tag);
 	kc_compare(what, got, q_ref, (size_t)rows * q_dim, qkv_atol, qkv_rtol);
@@ -511,6 +527,8 @@ static void run_qkv(struct kc_rng *rng, const struct qkv_case *c)
 	kc_dev_free(d_q);
 	kc_dev_free(d_k);
 	kc_dev_free(d_v);
+	kc_dev_free(d_hk);
+	kc_dev_free(d_hv);
 	free(qkv);
 	free(bias);
 	free(qn);
@@ -560,6 +578,9 @@ static void test_qkv(struct kc_rng *rng)
 		{128, 32, 8, 0, 1, 1, 16, 700, DT_BF16},
 		{64, 12, 2, 1, 1, 0, 32, 2100, DT_F16},
 		{128, 32, 8, 1, 0, 1, 16, 700, DT_F8_E4M3, 0.5f, 2.0f},
+		/* FP8 per KV head: scales 0.25..2 and 0.5..4 over 8 heads */
+		{128, 32, 8, 0, 1, 1, 16, 40, DT_F8_E4M3, 0.5f, 1.0f, 1},
+		{64, 12, 2, 1, 1, 0, 32, 700, DT_F8_E4M3, 0.01f, 0.02f, 1},
 	};
 	for (size_t i = 0; i < sizeof big / sizeof *big; i++)
 		run_qkv(rng, &big[i]);

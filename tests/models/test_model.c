@@ -534,7 +534,7 @@ START_TEST(test_vocab_padding_and_hf_sharded)
 END_TEST
 
 /* The FP8 KV cache's scales of an llm-compressor checkpoint: per tensor,
- * per KV head (the largest taken), none, and bad values refused. */
+ * per KV head (each kept, and their largest), none, and bad values refused. */
 START_TEST(test_hf_kv_scales)
 {
 	struct model_gen_opts o;
@@ -551,7 +551,13 @@ START_TEST(test_hf_kv_scales)
 		for (int l = 0; l < 3; l++) {
 			ck_assert_float_eq(m->w.layers[l].k_scale, 0.0625f * (float)(l + 1));
 			ck_assert_float_eq(m->w.layers[l].v_scale, 0.125f * (float)(l + 1));
-			ck_assert(m->w.layers[l].kv_scale_per_head == (per_head == 1));
+			const float *kh = m->w.layers[l].k_head_scale, *vh = m->w.layers[l].v_head_scale;
+			ck_assert(!kh == !per_head && !vh == !per_head);
+			for (int h = 0; per_head && h < o.cfg.n_kv_heads; h++) {
+				const float f = (float)(h + 1) / (float)o.cfg.n_kv_heads;
+				ck_assert_float_eq(kh[h], 0.0625f * (float)(l + 1) * f);
+				ck_assert_float_eq(vh[h], 0.125f * (float)(l + 1) * f);
+			}
 		}
 		model_destroy(m);
 	}

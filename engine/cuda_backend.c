@@ -27,10 +27,11 @@
  * the norm after it (the next layer's input norm after down) and SwiGLU are
  * its epilogue (k_gemv_epi), and decode attention merges its own splits:
  * six launches a layer instead of ten, with the same bits. Where a
- * projection runs W8A8 (INT8 / FP8 weights, prefill), the norm or SwiGLU in
- * front of it writes the per-token codes of its rows (k_rmsnorm_quant,
- * k_silu_mul_quant) instead of the 16-bit rows k_quant_rows would read
- * back, again with the same bits (struct proj_in). AORTA_CUDA_FUSION=0
+ * projection runs W8A8 (INT8 / FP8 weights past W8_GEMV_MAX_T rows: prefill
+ * and larger decode batches), the norm or SwiGLU in front of it writes the
+ * per-token codes of its rows (k_rmsnorm_quant, k_silu_mul_quant) instead
+ * of the 16-bit rows k_quant_rows would read back, again with the same bits
+ * (struct proj_in). AORTA_CUDA_FUSION=0
  * turns all of it off, for the benchmark's A/B. Pure-decode steps of up to
  * GRAPH_MAX sequences are captured once per padded batch size into a CUDA
  * graph and replayed (padding rows write no KV: slot -1). Everything runs on
@@ -1364,7 +1365,7 @@ int backend_cuda_create(const struct model *m, const struct engine_opts *opts,
 		log_kv_scales(cb);
 	if (!cb->fuse)
 		log_info("cuda", "AORTA_CUDA_FUSION=0: norms, SwiGLU, the decode split merge and "
-				 "the 8-bit prefill's activation quantization run as kernels of "
+				 "the W8A8 activation quantization run as kernels of "
 				 "their own");
 	if (pdl_off)
 		log_info("cuda", "AORTA_CUDA_PDL=0: no programmatic dependent launch");

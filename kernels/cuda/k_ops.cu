@@ -627,11 +627,16 @@ extern "C" int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int
 		return ERR_INVAL;
 	void (*kern)(const float *, int, enum dtype, uint8_t *, float *) =
 		q_dt == DT_F8_E4M3 ? silu_quant_kernel<true> : silu_quant_kernel<false>;
-	if (smem > (48u << 10) &&
-	    (rc = kcu_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-						 (int)smem),
-			    "k_silu_mul_quant: shared memory")))
-		return rc == ERR_DEVICE ? ERR_UNSUPPORTED : rc;
+	if (smem > (48u << 10)) {
+		const cudaError_t e = cudaFuncSetAttribute(
+			kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		if (e == cudaErrorInvalidValue) { // more than this device allows a CTA
+			(void)cudaGetLastError();
+			return ERR_UNSUPPORTED;
+		}
+		if ((rc = kcu_check(e, "k_silu_mul_quant: shared memory")))
+			return rc;
+	}
 	return kcu_launch_pdl("k_silu_mul_quant", kern, dim3((unsigned)n_rows), dim3(SILU_THREADS),
 			      smem, (cudaStream_t)stream, d_gu, ffn, out_dt, (uint8_t *)d_xq,
 			      d_scale);

@@ -875,6 +875,12 @@ extern "C" int k_gemm_w8a8(struct k_blas *h, const void *d_w, enum dtype w_dt,
 		if (!rc)
 			rc = w8a8_epilogue(&g, scratch, d_x_scale + t0, d_w_scale, n_w_scales, tc,
 			                   d_y + (size_t)t0 * n, 1);
+		// a refusal after a chunk was added into y: not a shape the caller
+		// may retry another way (it would add that chunk twice)
+		if (rc == ERR_UNSUPPORTED && i > 0) {
+			kcu_check(cudaErrorNotSupported, "k_gemm_w8a8: a later row chunk refused");
+			return ERR_DEVICE;
+		}
 		if (rc)
 			return rc;
 		t0 += tc;

@@ -22,10 +22,12 @@
  *  7. fusion (the norms and the SwiGLU in the GEMV epilogues, the decode
  *     split merge in the attention kernel) and programmatic dependent launch
  *     against AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0: the same logits bits
- *     over a prefill and decode at 2 and 1 rows, graphs and eager, 16-bit
- *     and 8-bit weights (on a GPU this is where a read before its PDL wait
- *     would show); the 8-bit prefill's norms and SwiGLU writing per-token
- *     codes (k_rmsnorm_quant, k_silu_mul_quant) for FP8 and INT8, and, under
+ *     over a prefill of 6 sequences and decode at 6, 2 and 1 rows, graphs and
+ *     eager, 16-bit and 8-bit weights (on a GPU this is where a read before
+ *     its PDL wait would show); the norms and SwiGLU before a W8A8
+ *     projection (8-bit weights past 4 rows: the prefill and the 6-row
+ *     decode) writing per-token codes (k_rmsnorm_quant, k_silu_mul_quant)
+ *     for FP8 and INT8, and, under
  *     the emulator, the same when cuBLASLt refuses and the 16-bit rows are
  *     made after all.
  */
@@ -460,18 +462,21 @@ static void graphs_vs_eager(const struct model *m)
 static void fusion_bits(const char *name, const struct model_config *c, enum dtype wdt,
 			enum dtype quant, bool lt_refuses)
 {
-	if (lt_refuses) /* the emulator's cuBLASLt finds no algorithm (tests/emu) */
-		setenv("EMU_LT_NO_ALGO", "1", 1);
 	struct tmodel_opts to = { .wdtype = wdt, .seed = 5, .layout = ROPE_STYLE_NEOX };
 	struct model *m = NULL;
 	if (tmodel_create(c, &to, &m)) {
 		CHECK(0, "%s: tmodel_create", name);
 		return;
 	}
+	if (lt_refuses) /* the emulator's cuBLASLt finds no algorithm (tests/emu) */
+		setenv("EMU_LT_NO_ALGO", "1", 1);
+	/* per run: the prefill's 6 logits rows, then decode at 6 rows (past
+	 * W8_GEMV_MAX_T: 8-bit weights run W8A8 there too), 2 rows and 1 */
+	enum { NS = 6 };
 	const int V = c->vocab;
-	const size_t per = (size_t)2 * GEN * V; /* logits of one run of generate */
+	const size_t per = (size_t)(NS + NS * GEN + 2 * GEN + GEN) * V;
 	float *logits = malloc((size_t)MAXS * V * sizeof(float));
-	float *out[2] = { calloc(2 * per, sizeof(float)), calloc(2 * per, sizeof(float)) };
+	float *out[2] = { calloc(per, sizeof(float)), calloc(per, sizeof(float)) };
 	for (int eager = 0; eager < 2; eager++) {
 		for (int k = 0; k < 2; k++) { /* k = 0: fusion off */
 			struct engine_opts o = opts(ENGINE_DEVICE_CUDA, DT_F16);
@@ -489,27 +494,34 @@ static void fusion_bits(const char *name, const struct model_config *c, enum dty
 			CHECK(rc == 0, "%s: CUDA engine: %s", name, d.msg);
 			if (rc)
 				continue;
-			static struct seq sq[2];
-			seq_init(&sq[0], 0, 45, V); /* > 32 positions: decode splits */
-			seq_init(&sq[1], 1, 70, V);
-			struct seq *p[2] = { &sq[0], &sq[1] };
-			int n_new[2] = { 45, 70 }, nl;
-			CHECK(step(e, p, n_new, 2, logits, &nl) == 0 && nl == 2, "%s: prefill", name);
-			sq[0].toks[sq[0].n_toks++] = 3;
-			sq[1].toks[sq[1].n_toks++] = 4;
-			generate(e, p, 2, V, logits, out[k]);	    /* 2 rows a step */
-			generate(e, p, 1, V, logits, out[k] + per); /* 1 row */
+			static struct seq sq[NS];
+			static const int prompt[NS] = { 45, 70, 3, 33, 12, 20 }; /* > 32: decode splits */
+			struct seq *p[NS];
+			int n_new[NS], nl = 0;
+			for (int i = 0; i < NS; i++) {
+				seq_init(&sq[i], i, prompt[i], V);
+				p[i] = &sq[i];
+				n_new[i] = prompt[i];
+			}
+			CHECK(step(e, p, n_new, NS, logits, &nl) == 0 && nl == NS, "%s: prefill", name);
+			memcpy(out[k], logits, (size_t)NS * V * sizeof(float));
+			for (int i = 0; i < NS; i++)
+				sq[i].toks[sq[i].n_toks++] = 3 + i;
+			float *o6 = out[k] + (size_t)NS * V;
+			generate(e, p, NS, V, logits, o6);			    /* 6 rows a step */
+			generate(e, p, 2, V, logits, o6 + (size_t)NS * GEN * V);     /* 2 rows */
+			generate(e, p, 1, V, logits, o6 + (size_t)(NS + 2) * GEN * V); /* 1 row */
 			engine_destroy(e);
 		}
 		size_t diff = 0;
-		while (diff < 2 * per && memcmp(&out[0][diff], &out[1][diff], sizeof(float)) == 0)
+		while (diff < per && memcmp(&out[0][diff], &out[1][diff], sizeof(float)) == 0)
 			diff++;
-		CHECK(diff == 2 * per, "%s (%s): fused logits differ from unfused at value %zu "
+		CHECK(diff == per, "%s (%s): fused logits differ from unfused at value %zu "
 		      "(%.9g vs %.9g)", name, eager ? "eager" : "graphs", diff,
-		      diff < 2 * per ? out[1][diff] : 0.0, diff < 2 * per ? out[0][diff] : 0.0);
-		if (diff == 2 * per)
+		      diff < per ? out[1][diff] : 0.0, diff < per ? out[0][diff] : 0.0);
+		if (diff == per)
 			printf("%s (%s): fusion and PDL on and off give the same logits bits (%zu values)\n",
-			       name, eager ? "eager" : "graphs", 2 * per);
+			       name, eager ? "eager" : "graphs", per);
 	}
 	unsetenv("EMU_LT_NO_ALGO");
 	free(logits);

@@ -107,7 +107,7 @@ done
 
 # A/B in the same run, batch 1 and the 2048-token prefill only: fusion off
 # (AORTA_CUDA_FUSION=0: norms, SwiGLU and the decode split merge as kernels
-# of their own, and the 8-bit prefill's activation quantization after the
+# of their own, and the W8A8 activation quantization after the
 # norm / SwiGLU instead of inside them) and programmatic dependent launch
 # off (AORTA_CUDA_PDL=0); both off is the engine as it was before them
 for ab in "nopdl:AORTA_CUDA_PDL=0" "base:AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0"; do

@@ -574,7 +574,9 @@ static void test_qkv(struct kc_rng *rng)
 		/* FP8 KV (issue 10): scales below and above 1, values past 448 saturate */
 		{128, 32, 8, 0, 1, 1, 16, 40, DT_F8_E4M3, 0.5f, 2.0f},
 		{64, 12, 2, 1, 0, 0, 32, 21, DT_F8_E4M3, 0.004f, 1.0f},
-		/* more than QKV_ROW_CTAS CTAs of 8 heads: one CTA per row */
+		/* more than QKV_ROW_CTAS CTAs of 8 heads: one CTA per row (18 heads:
+		 * not a multiple of the 8 warps) */
+		{64, 14, 2, 0, 1, 1, 16, 1400, DT_F16},
 		{128, 32, 8, 0, 1, 1, 16, 700, DT_BF16},
 		{64, 12, 2, 1, 1, 0, 32, 2100, DT_F16},
 		{128, 32, 8, 1, 0, 1, 16, 700, DT_F8_E4M3, 0.5f, 2.0f},
@@ -685,18 +687,21 @@ static void quant_check(const char *what, const uint8_t *d_q, const float *d_s, 
 	free(p->s_ref);
 }
 
-/* Device buffers for the fused codes and scales, with guards on both sides. */
-static void guarded(int rows, int n, uint8_t **d_q, float **d_s, void **base_q, void **base_s)
+/* Device buffers for the fused codes and scales, with guards on both sides;
+ * the codes start off bytes past a 4-byte boundary (off 1: the kernels'
+ * byte stores instead of 4-code words). */
+static void guarded(int rows, int n, int off, uint8_t **d_q, float **d_s, void **base_q,
+		    void **base_s)
 {
-	const size_t nq = (size_t)rows * n;
-	uint8_t *g = xmalloc(nq + 2 * QGUARD);
-	memset(g, 0xA5, nq + 2 * QGUARD);
+	const size_t nq = (size_t)rows * n, nb = nq + 2 * QGUARD + (size_t)off;
+	uint8_t *g = xmalloc(nb);
+	memset(g, 0xA5, nb);
 	float *gs = xmalloc(((size_t)rows + 2) * sizeof(float));
 	for (int i = 0; i < rows + 2; i++)
 		gs[i] = -7.0f;
-	*base_q = kc_upload(g, nq + 2 * QGUARD);
+	*base_q = kc_upload(g, nb);
 	*base_s = kc_upload(gs, ((size_t)rows + 2) * sizeof(float));
-	*d_q = (uint8_t *)*base_q + QGUARD;
+	*d_q = (uint8_t *)*base_q + QGUARD + off;
 	*d_s = (float *)*base_s + 1;
 	free(g);
 	free(gs);
@@ -707,7 +712,7 @@ static const enum dtype qdts[2] = {DT_F8_E4M3, DT_I8};
 /* Rows: random, an all-zero row (scale 0), a NaN row (every value NaN:
  * amax 0), outliers; with F16 rows a weight big enough to overflow to inf. */
 static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dtype dt,
-			      enum dtype q_dt)
+			      enum dtype q_dt, int off)
 {
 	const float eps = 1e-5f;
 	const size_t n = (size_t)rows * hidden;
@@ -730,13 +735,13 @@ static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dty
 	uint8_t *d_q;
 	float *d_s;
 	void *bq, *bs;
-	guarded(rows, hidden, &d_q, &d_s, &bq, &bs);
+	guarded(rows, hidden, off, &d_q, &d_s, &bq, &bs);
 	kc_ok(k_rmsnorm_quant(NULL, d_x, d_w, rows, hidden, eps, dt, q_dt, d_q, d_s),
 	      "k_rmsnorm_quant");
 	kc_sync("k_rmsnorm_quant");
 	char what[96];
-	snprintf(what, sizeof what, "rmsnorm_quant h%d r%d %s -> %s", hidden, rows, dtype_name(dt),
-		 dtype_name(q_dt));
+	snprintf(what, sizeof what, "rmsnorm_quant h%d r%d %s -> %s +%d", hidden, rows,
+		 dtype_name(dt), dtype_name(q_dt), off);
 	quant_check(what, d_q, d_s, rows, hidden, &p);
 	float *gx = fetch(d_x, n, DT_F32); /* x is only read */
 	if (memcmp(gx, x, n * sizeof(float)))
@@ -751,7 +756,8 @@ static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dty
 	kc_dev_free(bs);
 }
 
-static void run_silu_quant(struct kc_rng *rng, int ffn, int rows, enum dtype dt, enum dtype q_dt)
+static void run_silu_quant(struct kc_rng *rng, int ffn, int rows, enum dtype dt, enum dtype q_dt,
+			   int off)
 {
 	static const float extremes[] = {-100.0f, 100.0f, -88.0f, 88.0f, 0.0f, -0.0f, 20.0f, -20.0f};
 	const size_t n = (size_t)rows * ffn;
@@ -776,12 +782,12 @@ static void run_silu_quant(struct kc_rng *rng, int ffn, int rows, enum dtype dt,
 	uint8_t *d_q;
 	float *d_s;
 	void *bq, *bs;
-	guarded(rows, ffn, &d_q, &d_s, &bq, &bs);
+	guarded(rows, ffn, off, &d_q, &d_s, &bq, &bs);
 	kc_ok(k_silu_mul_quant(NULL, d_gu, rows, ffn, dt, q_dt, d_q, d_s), "k_silu_mul_quant");
 	kc_sync("k_silu_mul_quant");
 	char what[96];
-	snprintf(what, sizeof what, "silu_mul_quant ffn%d r%d %s -> %s", ffn, rows, dtype_name(dt),
-		 dtype_name(q_dt));
+	snprintf(what, sizeof what, "silu_mul_quant ffn%d r%d %s -> %s +%d", ffn, rows,
+		 dtype_name(dt), dtype_name(q_dt), off);
 	quant_check(what, d_q, d_s, rows, ffn, &p);
 	free(gu);
 	kc_dev_free(d_gu);
@@ -801,8 +807,10 @@ static void test_quant_fused(struct kc_rng *rng)
 		for (int d = 0; d < 3; d++)
 			for (int ri = 0; ri < 2; ri++)
 				for (int i = 0; i < 4; i++) {
-					run_rmsnorm_quant(rng, hiddens[i], rowss[ri], dts[d], qdts[q]);
-					run_silu_quant(rng, ffns[i], rowss[ri], dts[d], qdts[q]);
+					/* codes at an odd address in a quarter of the cases */
+					const int off = (i + ri + d) % 4 == 1;
+					run_rmsnorm_quant(rng, hiddens[i], rowss[ri], dts[d], qdts[q], off);
+					run_silu_quant(rng, ffns[i], rowss[ri], dts[d], qdts[q], off);
 				}
 	printf("ok rmsnorm_quant and silu_mul_quant: 48 cases each, codes and scales as k_quant_rows'\n");
 }

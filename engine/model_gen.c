@@ -736,6 +736,16 @@ static int hf_add_kv_scales(struct st_writer *w, struct keep *k, const struct mo
 			    const struct model_gen_opts *o, int il)
 {
 	const int n = o->kv_scale_per_head ? c->n_kv_heads : 1;
+	if (o->kv_scale_legacy) { /* AutoFP8's older single scale */
+		float *v = malloc(sizeof *v);
+		int rc = keep_add(k, v);
+		if (rc)
+			return rc;
+		*v = o->kv_scale * (float)(il + 1);
+		char name[160];
+		snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_scale", il);
+		return st_writer_add(w, name, DT_F32, 0, NULL, v, 4);
+	}
 	for (int kv = 0; kv < 2; kv++) {
 		float *v = malloc((size_t)n * sizeof *v);
 		int rc = keep_add(k, v);

@@ -49,6 +49,7 @@ struct model_gen_opts {
 	 * written (tests write bad ones). */
 	float kv_scale;
 	bool kv_scale_per_head;
+	bool kv_scale_legacy; /* instead one self_attn.kv_scale (kv_scale * (l + 1)) for K and V */
 };
 
 /* Built-in vocabulary ids (fixed by the generator's vocabulary). */

@@ -561,6 +561,16 @@ START_TEST(test_hf_kv_scales)
 		}
 		model_destroy(m);
 	}
+	o.kv_scale_per_head = false;
+	o.kv_scale_legacy = true; /* one self_attn.kv_scale for both */
+	snprintf(dir, sizeof dir, "%s/kvs_legacy", tmp);
+	ck_assert_int_eq(model_gen_write_hf_dir(&o, dir, &d), 0);
+	struct model *lm = load_ok(dir);
+	ck_assert_float_eq(lm->w.layers[1].k_scale, 0.125f);
+	ck_assert_float_eq(lm->w.layers[1].v_scale, 0.125f);
+	ck_assert(!lm->w.layers[1].k_head_scale);
+	model_destroy(lm);
+	o.kv_scale_legacy = false;
 	o.kv_scale = 0.0f;
 	snprintf(dir, sizeof dir, "%s/kvs_none", tmp);
 	ck_assert_int_eq(model_gen_write_hf_dir(&o, dir, &d), 0);

@@ -530,17 +530,29 @@ __global__ void rmsnorm_quant_kernel(const float *x, const float *w, int n, floa
 		q[i] = kcu_quant_one<FP8>(round_to(out_dt, xr[i] * inv * w[i]), s, qi);
 }
 
-extern "C" int k_rmsnorm_quant(void *stream, const float *d_x, const float *d_w, int n_rows,
-			       int hidden, float eps, enum dtype out_dt, enum dtype q_dt,
-			       void *d_xq, float *d_scale)
+// The arguments both quantizing launchers share: rows of n values in
+// out_dt, codes in q_dt. 0 or the error.
+static int check_quant(int n_rows, int n, enum dtype out_dt, enum dtype q_dt)
 {
-	if (n_rows < 0 || hidden <= 0 || !(eps >= 0.0f))
+	if (n_rows < 0 || n <= 0)
 		return ERR_INVAL;
 	int rc = check_dt(out_dt);
 	if (rc)
 		return rc;
 	if (q_dt != DT_F8_E4M3 && q_dt != DT_I8)
 		return (int)q_dt >= 0 && (int)q_dt < (int)DT__COUNT ? ERR_UNSUPPORTED : ERR_INVAL;
+	return 0;
+}
+
+extern "C" int k_rmsnorm_quant(void *stream, const float *d_x, const float *d_w, int n_rows,
+			       int hidden, float eps, enum dtype out_dt, enum dtype q_dt,
+			       void *d_xq, float *d_scale)
+{
+	int rc = check_quant(n_rows, hidden, out_dt, q_dt);
+	if (rc)
+		return rc;
+	if (!(eps >= 0.0f))
+		return ERR_INVAL;
 	if (n_rows == 0)
 		return 0;
 	if (!d_x || !d_w || !d_xq || !d_scale)
@@ -611,13 +623,9 @@ __global__ void __launch_bounds__(SILU_THREADS)
 extern "C" int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int ffn,
 				enum dtype out_dt, enum dtype q_dt, void *d_xq, float *d_scale)
 {
-	if (n_rows < 0 || ffn <= 0)
-		return ERR_INVAL;
-	int rc = check_dt(out_dt);
+	int rc = check_quant(n_rows, ffn, out_dt, q_dt);
 	if (rc)
 		return rc;
-	if (q_dt != DT_F8_E4M3 && q_dt != DT_I8)
-		return (int)q_dt >= 0 && (int)q_dt < (int)DT__COUNT ? ERR_UNSUPPORTED : ERR_INVAL;
 	const size_t smem = (size_t)ffn * (out_dt == DT_F32 ? 4 : 2);
 	if (smem > SILU_QUANT_MAX_SMEM)
 		return ERR_UNSUPPORTED;

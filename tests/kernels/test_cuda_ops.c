@@ -709,6 +709,30 @@ static void guarded(int rows, int n, int off, uint8_t **d_q, float **d_s, void *
 
 static const enum dtype qdts[2] = {DT_F8_E4M3, DT_I8};
 
+/* One fused case: the reference codes of d_rows (out_dt rows of n values)
+ * and guarded buffers for the fused kernel's codes (off: see guarded). */
+struct fused_run {
+	struct qpair p;
+	uint8_t *d_q;
+	float *d_s;
+	void *bq, *bs;
+};
+
+static void fused_setup(const void *d_rows, enum dtype dt, int rows, int n, enum dtype q_dt,
+			int off, struct fused_run *f)
+{
+	quant_ref(d_rows, dt, rows, n, q_dt, &f->p);
+	guarded(rows, n, off, &f->d_q, &f->d_s, &f->bq, &f->bs);
+}
+
+/* Checks the fused codes (quant_check) and frees the buffers. */
+static void fused_finish(const char *what, int rows, int n, struct fused_run *f)
+{
+	quant_check(what, f->d_q, f->d_s, rows, n, &f->p);
+	kc_dev_free(f->bq);
+	kc_dev_free(f->bs);
+}
+
 /* Rows: random, an all-zero row (scale 0), a NaN row (every value NaN:
  * amax 0), outliers; with F16 rows a weight big enough to overflow to inf. */
 static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dtype dt,
@@ -730,19 +754,15 @@ static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dty
 	float *d_x = kc_upload(x, n * sizeof(float)), *d_w = kc_upload(w, hidden * sizeof(float));
 	void *d_rows = kc_dev_alloc(n * esize(dt));
 	kc_ok(k_add_rmsnorm(NULL, d_x, NULL, d_w, rows, hidden, eps, d_rows, dt), "k_add_rmsnorm");
-	struct qpair p;
-	quant_ref(d_rows, dt, rows, hidden, q_dt, &p);
-	uint8_t *d_q;
-	float *d_s;
-	void *bq, *bs;
-	guarded(rows, hidden, off, &d_q, &d_s, &bq, &bs);
-	kc_ok(k_rmsnorm_quant(NULL, d_x, d_w, rows, hidden, eps, dt, q_dt, d_q, d_s),
+	struct fused_run f;
+	fused_setup(d_rows, dt, rows, hidden, q_dt, off, &f);
+	kc_ok(k_rmsnorm_quant(NULL, d_x, d_w, rows, hidden, eps, dt, q_dt, f.d_q, f.d_s),
 	      "k_rmsnorm_quant");
 	kc_sync("k_rmsnorm_quant");
 	char what[96];
 	snprintf(what, sizeof what, "rmsnorm_quant h%d r%d %s -> %s +%d", hidden, rows,
 		 dtype_name(dt), dtype_name(q_dt), off);
-	quant_check(what, d_q, d_s, rows, hidden, &p);
+	fused_finish(what, rows, hidden, &f);
 	float *gx = fetch(d_x, n, DT_F32); /* x is only read */
 	if (memcmp(gx, x, n * sizeof(float)))
 		kc_fail("%s: x changed", what);
@@ -752,8 +772,6 @@ static void run_rmsnorm_quant(struct kc_rng *rng, int hidden, int rows, enum dty
 	kc_dev_free(d_x);
 	kc_dev_free(d_w);
 	kc_dev_free(d_rows);
-	kc_dev_free(bq);
-	kc_dev_free(bs);
 }
 
 static void run_silu_quant(struct kc_rng *rng, int ffn, int rows, enum dtype dt, enum dtype q_dt,
@@ -777,23 +795,17 @@ static void run_silu_quant(struct kc_rng *rng, int ffn, int rows, enum dtype dt,
 	float *d_gu = kc_upload(gu, 2 * n * sizeof(float));
 	void *d_rows = kc_dev_alloc(n * esize(dt));
 	kc_ok(k_silu_mul(NULL, d_gu, rows, ffn, d_rows, dt), "k_silu_mul");
-	struct qpair p;
-	quant_ref(d_rows, dt, rows, ffn, q_dt, &p);
-	uint8_t *d_q;
-	float *d_s;
-	void *bq, *bs;
-	guarded(rows, ffn, off, &d_q, &d_s, &bq, &bs);
-	kc_ok(k_silu_mul_quant(NULL, d_gu, rows, ffn, dt, q_dt, d_q, d_s), "k_silu_mul_quant");
+	struct fused_run f;
+	fused_setup(d_rows, dt, rows, ffn, q_dt, off, &f);
+	kc_ok(k_silu_mul_quant(NULL, d_gu, rows, ffn, dt, q_dt, f.d_q, f.d_s), "k_silu_mul_quant");
 	kc_sync("k_silu_mul_quant");
 	char what[96];
 	snprintf(what, sizeof what, "silu_mul_quant ffn%d r%d %s -> %s +%d", ffn, rows,
 		 dtype_name(dt), dtype_name(q_dt), off);
-	quant_check(what, d_q, d_s, rows, ffn, &p);
+	fused_finish(what, rows, ffn, &f);
 	free(gu);
 	kc_dev_free(d_gu);
 	kc_dev_free(d_rows);
-	kc_dev_free(bq);
-	kc_dev_free(bs);
 }
 
 /* Odd widths give rows of both alignments (float4 steps with tails, and

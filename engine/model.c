@@ -119,6 +119,25 @@ static uint64_t tensor_count(const struct tensor *s)
 	return n;
 }
 
+/* The values of scale tensor s (F32/F16/BF16) as floats the model owns
+ * (freed with it); NULL when out of memory. */
+static float *own_floats(struct model *m, const struct tensor *s)
+{
+	struct model_priv *p = m->priv;
+	const uint64_t n = tensor_count(s);
+	float **ns = realloc(p->scales, (size_t)(p->n_scales + 1) * sizeof *ns);
+	if (!ns)
+		return NULL;
+	p->scales = ns;
+	float *v = malloc((size_t)n * sizeof *v);
+	if (!v)
+		return NULL;
+	p->scales[p->n_scales++] = v;
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = tensor_float(s, i);
+	return v;
+}
+
 /* FP8 weights carry "<name>_scale": a scalar (per tensor) or one value per
  * output row, in F32/F16/BF16. */
 static int bind_scale(struct model *m, struct tensor *t, struct diag *d)
@@ -135,17 +154,9 @@ static int bind_scale(struct model *m, struct tensor *t, struct diag *d)
 	if (s->dtype != DT_F32 && s->dtype != DT_F16 && s->dtype != DT_BF16)
 		return diag_set(d, ERR_FORMAT, "%s: scales must be F32/F16/BF16, not %s", sname,
 				dtype_name(s->dtype));
-	struct model_priv *p = m->priv;
-	float **ns = realloc(p->scales, (size_t)(p->n_scales + 1) * sizeof *ns);
-	if (!ns)
-		return diag_set(d, ERR_NOMEM, "out of memory");
-	p->scales = ns;
-	float *v = malloc((size_t)n * sizeof *v);
+	float *v = own_floats(m, s);
 	if (!v)
 		return diag_set(d, ERR_NOMEM, "out of memory");
-	p->scales[p->n_scales++] = v;
-	for (uint64_t i = 0; i < n; i++)
-		v[i] = tensor_float(s, i);
 	t->scale = v;
 	t->n_scale = (int64_t)n;
 	return 0;
@@ -209,17 +220,6 @@ static int bind_kv_scale(struct model *m, int il, const char *which, float *out,
 	if (n != 1 && n != (uint64_t)m->cfg.n_kv_heads)
 		return diag_set(d, ERR_FORMAT, "%s: %llu values (want 1, or one per KV head: %d)",
 				name, (unsigned long long)n, m->cfg.n_kv_heads);
-	float *v = NULL;
-	if (n > 1) {
-		struct model_priv *p = m->priv;
-		float **ns = realloc(p->scales, (size_t)(p->n_scales + 1) * sizeof *ns);
-		if (!ns)
-			return diag_set(d, ERR_NOMEM, "out of memory");
-		p->scales = ns;
-		if (!(v = malloc((size_t)n * sizeof *v)))
-			return diag_set(d, ERR_NOMEM, "out of memory");
-		p->scales[p->n_scales++] = v;
-	}
 	float top = 0.0f;
 	for (uint64_t i = 0; i < n; i++) {
 		const float f = tensor_float(s, i);
@@ -227,9 +227,10 @@ static int bind_kv_scale(struct model *m, int il, const char *which, float *out,
 			return diag_set(d, ERR_FORMAT, "%s: scale %g (want finite and > 0)", name,
 					(double)f);
 		top = fmaxf(top, f);
-		if (v)
-			v[i] = f;
 	}
+	float *v = NULL;
+	if (n > 1 && !(v = own_floats(m, s)))
+		return diag_set(d, ERR_NOMEM, "out of memory");
 	*out = top;
 	*head = v;
 	return 0;

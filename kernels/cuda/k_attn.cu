@@ -1122,10 +1122,7 @@ int launch_prefill(cudaStream_t st, const k_attn_args &a, attn_geo g)
 	if (!prefill_grid(a, pf_cfg<HD>::QN, &g, &gx, &gy))
 		return ERR_INVAL;
 	const size_t smem = pf_smem_bytes<HD>();
-	int rc = kcu_check(cudaFuncSetAttribute(attn_prefill_kernel<HD, KT>,
-						cudaFuncAttributeMaxDynamicSharedMemorySize,
-						(int)smem),
-			   "attn_prefill_kernel smem");
+	int rc = kcu_check(kcu_smem_optin(attn_prefill_kernel<HD, KT>, smem), "attn_prefill_kernel smem");
 	if (rc)
 		return rc;
 	attn_prefill_kernel<HD, KT><<<dim3(gx, gy, (unsigned)a.n_seqs), PF_THREADS, smem, st>>>(a, g);
@@ -1139,10 +1136,7 @@ int launch_prefill_tc(cudaStream_t st, const k_attn_args &a, attn_geo g)
 	if (!prefill_grid(a, TC_BM, &g, &gx, &gy))
 		return ERR_INVAL;
 	const size_t smem = tc_cfg<HD>::bytes;
-	int rc = kcu_check(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD, KT>,
-						cudaFuncAttributeMaxDynamicSharedMemorySize,
-						(int)smem),
-			   "attn_prefill_tc_kernel smem");
+	int rc = kcu_check(kcu_smem_optin(attn_prefill_tc_kernel<HD, KT>, smem), "attn_prefill_tc_kernel smem");
 	if (rc)
 		return rc;
 	attn_prefill_tc_kernel<HD, KT><<<dim3(gx, gy, (unsigned)a.n_seqs), TC_THREADS, smem, st>>>(a, g);

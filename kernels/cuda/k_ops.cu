@@ -454,16 +454,6 @@ extern "C" int k_silu_mul(void *stream, const float *d_gu, int n_rows, int ffn, 
 // (kcu_quant_one). Max is exact in any order, so the scale is k_quant_rows'
 // bit for bit.
 
-// v rounded to dt (nearest even), back as float: what kcu_store keeps.
-__device__ __forceinline__ float round_to(enum dtype dt, float v)
-{
-	if (dt == DT_F16)
-		return __half2float(__float2half_rn(v));
-	if (dt == DT_BF16)
-		return __bfloat162float(__float2bfloat16_rn(v));
-	return v;
-}
-
 __device__ __forceinline__ float amax4(float m, float4 v)
 {
 	return fmaxf(fmaxf(m, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -471,8 +461,8 @@ __device__ __forceinline__ float amax4(float m, float4 v)
 
 __device__ __forceinline__ float4 round4(enum dtype dt, float4 v)
 {
-	return make_float4(round_to(dt, v.x), round_to(dt, v.y), round_to(dt, v.z),
-			   round_to(dt, v.w));
+	return make_float4(kcu_round(dt, v.x), kcu_round(dt, v.y), kcu_round(dt, v.z),
+			   kcu_round(dt, v.w));
 }
 
 // Codes of 4 values, lowest first, at q (4-byte aligned when vec).
@@ -509,7 +499,7 @@ __global__ void rmsnorm_quant_kernel(const float *x, const float *w, int n, floa
 	for (int j = tid; j < nv; j += bd)
 		m = amax4(m, round4(out_dt, norm4(x4[j], inv, w4[j])));
 	for (int i = 4 * nv + tid; i < n; i += bd)
-		m = fmaxf(m, fabsf(round_to(out_dt, xr[i] * inv * w[i])));
+		m = fmaxf(m, fabsf(kcu_round(out_dt, xr[i] * inv * w[i])));
 	const float s = kcu_quant_scale<FP8>(block_reduce<true>(m, sh));
 	const float qi = kcu_quant_inv(s);
 	if (tid == 0)
@@ -527,7 +517,7 @@ __global__ void rmsnorm_quant_kernel(const float *x, const float *w, int n, floa
 		q[4 * j + 3] = kcu_quant_one<FP8>(o.w, s, qi);
 	}
 	for (int i = 4 * nv + tid; i < n; i += bd)
-		q[i] = kcu_quant_one<FP8>(round_to(out_dt, xr[i] * inv * w[i]), s, qi);
+		q[i] = kcu_quant_one<FP8>(kcu_round(out_dt, xr[i] * inv * w[i]), s, qi);
 }
 
 // The arguments both quantizing launchers share: rows of n values in
@@ -598,7 +588,7 @@ __global__ void __launch_bounds__(SILU_THREADS)
 		m = amax4(m, o);
 	}
 	for (int i = 4 * nv + tid; i < ffn; i += SILU_THREADS) {
-		const float o = round_to(out_dt, silu_mul1(g[i], u[i]));
+		const float o = kcu_round(out_dt, silu_mul1(g[i], u[i]));
 		kcu_store(row, out_dt, (size_t)i, o);
 		m = fmaxf(m, fabsf(o));
 	}
@@ -635,16 +625,13 @@ extern "C" int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int
 		return ERR_INVAL;
 	void (*kern)(const float *, int, enum dtype, uint8_t *, float *) =
 		q_dt == DT_F8_E4M3 ? silu_quant_kernel<true> : silu_quant_kernel<false>;
-	if (smem > (48u << 10)) {
-		const cudaError_t e = cudaFuncSetAttribute(
-			kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		if (e == cudaErrorInvalidValue) { // more than this device allows a CTA
-			(void)cudaGetLastError();
-			return ERR_UNSUPPORTED;
-		}
-		if ((rc = kcu_check(e, "k_silu_mul_quant: shared memory")))
-			return rc;
+	const cudaError_t e = kcu_smem_optin(kern, smem);
+	if (e == cudaErrorInvalidValue) { // more than this device allows a CTA
+		(void)cudaGetLastError();
+		return ERR_UNSUPPORTED;
 	}
+	if ((rc = kcu_check(e, "k_silu_mul_quant: shared memory")))
+		return rc;
 	return kcu_launch_pdl("k_silu_mul_quant", kern, dim3((unsigned)n_rows), dim3(SILU_THREADS),
 			      smem, (cudaStream_t)stream, d_gu, ffn, out_dt, (uint8_t *)d_xq,
 			      d_scale);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <mutex>
+
 #include "common/err.h"
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_internal.h"
@@ -24,6 +26,40 @@ extern "C" void k_cuda_set_pdl(int on)
 extern "C" int k_cuda_pdl(void)
 {
 	return g_pdl ? 1 : 0;
+}
+
+// The dynamic shared memory each kernel was opted in to, per device: a
+// launch that needs no more than that asks the driver nothing.
+#define SMEM_OPTIN_SLOTS 64
+static struct {
+	const void *func;
+	int device, bytes;
+} g_optin[SMEM_OPTIN_SLOTS];
+static int g_n_optin;
+static std::mutex g_optin_mu;
+
+cudaError_t kcu_smem_optin(const void *func, size_t bytes)
+{
+	if (bytes <= (48u << 10))
+		return cudaSuccess;
+	int dev = 0;
+	cudaError_t e = cudaGetDevice(&dev);
+	if (e != cudaSuccess)
+		return e;
+	std::lock_guard<std::mutex> l(g_optin_mu);
+	int i = 0;
+	while (i < g_n_optin && !(g_optin[i].func == func && g_optin[i].device == dev))
+		i++;
+	if (i < g_n_optin && (size_t)g_optin[i].bytes >= bytes)
+		return cudaSuccess;
+	e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+	if (e != cudaSuccess)
+		return e;
+	if (i == g_n_optin && g_n_optin < SMEM_OPTIN_SLOTS) // full: ask every time
+		g_optin[g_n_optin++] = {func, dev, 0};
+	if (i < g_n_optin)
+		g_optin[i].bytes = (int)bytes;
+	return cudaSuccess;
 }
 
 extern "C" int k_cuda_set_device(int device)

@@ -17,6 +17,16 @@ int kcu_check(cudaError_t e, const char *what);
 // kcu_check(cudaGetLastError(), what): call right after a launch.
 int kcu_launched(const char *what);
 
+// Lets func launch with bytes of dynamic shared memory: past the default 48
+// KB, cudaFuncSetAttribute(MaxDynamicSharedMemorySize), asked once per
+// kernel, device and size (k_runtime.cu). cudaErrorInvalidValue: more than
+// the device allows a CTA.
+cudaError_t kcu_smem_optin(const void *func, size_t bytes);
+template <typename... P> static inline cudaError_t kcu_smem_optin(void (*kernel)(P...), size_t bytes)
+{
+	return kcu_smem_optin((const void *)kernel, bytes);
+}
+
 // Load element i of a DT_F32 / DT_F16 / DT_BF16 array as float.
 __device__ __forceinline__ float kcu_load(const void *p, enum dtype dt, size_t i)
 {
@@ -36,6 +46,17 @@ __device__ __forceinline__ void kcu_store(void *p, enum dtype dt, size_t i, floa
 		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
 	else
 		((float *)p)[i] = v;
+}
+
+// v rounded to dt as kcu_store (and k_ops.cu's store4) round it, back as a
+// float: the value a 16-bit row keeps.
+__device__ __forceinline__ float kcu_round(enum dtype dt, float v)
+{
+	if (dt == DT_F16)
+		return __half2float(__float2half_rn(v));
+	if (dt == DT_BF16)
+		return __bfloat162float(__float2bfloat16_rn(v));
+	return v;
 }
 
 // Four int8 (packed in v, lowest byte first) to floats, exactly, without the

@@ -183,6 +183,26 @@ for ab in nopdl base; do
 	echo "$ab ($( [ $ab = nopdl ] && echo AORTA_CUDA_PDL=0 || echo AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0 )), none then fp8:"
 	grep -hE "^(prefill|decode)" "$LOG"/bench_${ab}_none.txt "$LOG"/bench_${ab}_fp8.txt
 done
+# #10's goals, from this run's own lines: 8-bit over BF16 tokens/s at
+# batch 1 (goal: FP8 >= 1.8x) and for the 2048-token prefill (>= 1.6x)
+tps() { # tps LOG prefill|decode: that line's tokens/s (batch 1 for decode)
+	case $2 in
+	prefill) sed -nE 's/^prefill: [0-9]+ tokens: +([0-9.]+) tokens\/s.*/\1/p' "$1" ;;
+	decode) sed -nE 's/^decode: batch +1: +([0-9.]+) tokens\/s.*/\1/p' "$1" ;;
+	esac 2>/dev/null | head -1
+}
+goals() { # goals LABEL BF16_LOG 8BIT_LOG
+	local d0 d1 p0 p1
+	d0=$(tps "$2" decode) d1=$(tps "$3" decode) p0=$(tps "$2" prefill) p1=$(tps "$3" prefill)
+	[ -n "$d0" ] && [ -n "$d1" ] && [ -n "$p0" ] && [ -n "$p1" ] &&
+		awk -v l="$1" -v d0="$d0" -v d1="$d1" -v p0="$p0" -v p1="$p1" 'BEGIN {
+			printf "%s: decode b1 %.2fx BF16, prefill 2048 %.2fx BF16\n", l, d1 / d0, p1 / p0 }'
+	return 0
+}
+goals "fp8 (goals 1.8x, 1.6x)" "$LOG"/bench_engine_none.txt "$LOG"/bench_engine_fp8.txt
+goals "int8" "$LOG"/bench_engine_none.txt "$LOG"/bench_engine_int8.txt
+goals "fp8, AORTA_CUDA_PDL=0" "$LOG"/bench_nopdl_none.txt "$LOG"/bench_nopdl_fp8.txt
+goals "fp8, AORTA_CUDA_FUSION=0 AORTA_CUDA_PDL=0" "$LOG"/bench_base_none.txt "$LOG"/bench_base_fp8.txt
 grep -hE "^quant\.producer\." "$LOG"/bench_cuda_quant.txt 2>/dev/null
 grep -hE "quant \(cuda\)" "$LOG"/test_engine_quant_cuda.log 2>/dev/null
 save

@@ -1,7 +1,8 @@
 // kernels/cuda/k_ops.cu — the elementwise and per-row kernels of the CUDA
 // forward pass (kcuda_ops.h): embedding gather, residual add + RMSNorm, the
 // gathered LM-head norm, Q/K/V bias + q/k norm + RoPE + paged KV store,
-// SiLU·mul, argmax, F32 casts. Stateless; launchers never synchronize.
+// SiLU·mul, the norm and SiLU·mul fused with per-token quantization, F32
+// casts. Stateless; launchers never synchronize.
 // CPU counterparts: kernels/cpu/ops_ref.c and engine/forward.c (job_qkv_post);
 // test: tests/kernels/test_cuda_ops.c.
 #include <cuda_bf16.h>
@@ -635,79 +636,6 @@ extern "C" int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int
 	return kcu_launch_pdl("k_silu_mul_quant", kern, dim3((unsigned)n_rows), dim3(SILU_THREADS),
 			      smem, (cudaStream_t)stream, d_gu, ffn, out_dt, (uint8_t *)d_xq,
 			      d_scale);
-}
-
-// ---- argmax ------------------------------------------------------------------
-
-#define ARGMAX_THREADS 512
-
-// (v, i) is better than (bv, bi): larger value, then lower index. NaN is never
-// taken (both comparisons are false), so bv is never NaN.
-__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i)
-{
-	if (v > bv || (v == bv && i < bi)) {
-		bv = v;
-		bi = i;
-	}
-}
-
-// One CTA per row. The result is the lowest index of the largest non-NaN
-// value; 0 when the row has none (all NaN). Same as kops_argmax whenever
-// x[0] is not NaN.
-__global__ void __launch_bounds__(ARGMAX_THREADS)
-	argmax_kernel(const float *logits, int vocab, int32_t *out)
-{
-	__shared__ float sv[32];
-	__shared__ int si[32];
-	const float *x = logits + (size_t)blockIdx.x * (size_t)vocab;
-	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	const int nv = aligned(x, 16) ? vocab / 4 : 0;
-	float bv = -INFINITY;
-	int bi = INT_MAX;
-	for (int j = tid; j < nv; j += ARGMAX_THREADS) {
-		float4 v = ((const float4 *)x)[j];
-		am_take(bv, bi, v.x, 4 * j);
-		am_take(bv, bi, v.y, 4 * j + 1);
-		am_take(bv, bi, v.z, 4 * j + 2);
-		am_take(bv, bi, v.w, 4 * j + 3);
-	}
-	for (int i = 4 * nv + tid; i < vocab; i += ARGMAX_THREADS)
-		am_take(bv, bi, x[i], i);
-	for (int o = 16; o > 0; o >>= 1) {
-		float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		am_take(bv, bi, ov, oi);
-	}
-	if (lane == 0) {
-		sv[warp] = bv;
-		si[warp] = bi;
-	}
-	__syncthreads();
-	if (warp == 0) {
-		bv = lane < ARGMAX_THREADS / 32 ? sv[lane] : -INFINITY;
-		bi = lane < ARGMAX_THREADS / 32 ? si[lane] : INT_MAX;
-		for (int o = 16; o > 0; o >>= 1) {
-			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-			am_take(bv, bi, ov, oi);
-		}
-		if (lane == 0)
-			out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
-	}
-}
-
-extern "C" int k_argmax(void *stream, const float *d_logits, int n_rows, int vocab,
-			int32_t *d_out)
-{
-	if (n_rows < 0 || vocab <= 0)
-		return ERR_INVAL;
-	if (n_rows == 0)
-		return 0;
-	if (!d_logits || !d_out)
-		return ERR_INVAL;
-	argmax_kernel<<<(unsigned)n_rows, ARGMAX_THREADS, 0, (cudaStream_t)stream>>>(d_logits,
-										     vocab, d_out);
-	return kcu_launched("k_argmax");
 }
 
 // ---- cast --------------------------------------------------------------------

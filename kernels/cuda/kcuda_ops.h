@@ -1,7 +1,7 @@
 /* kernels/cuda/kcuda_ops.h — the elementwise and per-row kernels of the CUDA
  * forward pass: embedding gather, residual add fused with RMSNorm, Q/K/V
  * post-processing fused with RoPE and the paged KV write, SwiGLU, the norm
- * and SwiGLU fused with per-token quantization, argmax.
+ * and SwiGLU fused with per-token quantization, the F32 cast.
  *
  * Plain C launchers (no CUDA header here). Each takes a stream (NULL = the
  * default stream), checks its arguments (ERR_INVAL), launches, and checks
@@ -109,12 +109,6 @@ int k_rmsnorm_quant(void *stream, const float *d_x, const float *d_w, int n_rows
 		    float eps, enum dtype out_dt, enum dtype q_dt, void *d_xq, float *d_scale);
 int k_silu_mul_quant(void *stream, const float *d_gu, int n_rows, int ffn, enum dtype out_dt,
 		     enum dtype q_dt, void *d_xq, float *d_scale);
-
-/* d_out[r] = index of the largest of d_logits[r, 0..vocab) (lowest index on
- * ties, as kops_argmax; NaN never wins: a row of only NaN gives 0, so does a
- * row of only -inf). Equals kops_argmax except when d_logits[r, 0] is NaN
- * (kops_argmax then returns 0 whatever follows). */
-int k_argmax(void *stream, const float *d_logits, int n_rows, int vocab, int32_t *d_out);
 
 /* d_out[i] = (out_dt) d_in[i] for i < n (F32 -> F16/BF16/F32). */
 int k_cast_f32(void *stream, const float *d_in, size_t n, void *d_out, enum dtype out_dt);

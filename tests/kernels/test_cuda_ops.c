@@ -12,7 +12,7 @@
  * and negative slots (the pools are filled with a sentinel and compared
  * whole); silu_mul; rmsnorm_quant and silu_mul_quant against k_add_rmsnorm /
  * k_silu_mul followed by k_quant_rows (the same codes and scales, compared
- * byte for byte); argmax with ties, -inf, NaN, +inf; cast; argument errors
+ * byte for byte); cast; argument errors
  * (checked before the GPU test, so they run without a GPU too). Exit 77
  * without a GPU.
  */
@@ -182,11 +182,6 @@ static void check_args(void)
 	expect_rc("silu NULL in", k_silu_mul(NULL, NULL, 1, 4, out, DT_F32), ERR_INVAL);
 	expect_rc("silu rows -1", k_silu_mul(NULL, f, -1, 4, out, DT_F32), ERR_INVAL);
 	expect_rc("silu i8 out", k_silu_mul(NULL, f, 1, 4, out, DT_I8), ERR_UNSUPPORTED);
-
-	expect_rc("argmax vocab 0", k_argmax(NULL, f, 1, 0, t), ERR_INVAL);
-	expect_rc("argmax rows -1", k_argmax(NULL, f, -1, 4, t), ERR_INVAL);
-	expect_rc("argmax NULL out", k_argmax(NULL, f, 1, 4, NULL), ERR_INVAL);
-	expect_rc("argmax NULL logits", k_argmax(NULL, NULL, 1, 4, t), ERR_INVAL);
 
 	expect_rc("cast NULL in", k_cast_f32(NULL, NULL, 4, out, DT_F16), ERR_INVAL);
 	expect_rc("cast NULL out", k_cast_f32(NULL, f, 4, NULL, DT_F16), ERR_INVAL);
@@ -827,108 +822,6 @@ static void test_quant_fused(struct kc_rng *rng)
 	printf("ok rmsnorm_quant and silu_mul_quant: 48 cases each, codes and scales as k_quant_rows'\n");
 }
 
-/* ---- argmax ------------------------------------------------------------------ */
-
-/* The contract: lowest index of the largest non-NaN value, 0 when none. */
-static int argmax_ref(const float *x, int n)
-{
-	int best = -1;
-	for (int i = 0; i < n; i++)
-		if (!isnan(x[i]) && (best < 0 || x[i] > x[best]))
-			best = i;
-	return best < 0 ? 0 : best;
-}
-
-/* Rows 0..9 are special cases, the rest random; rows 10+ have values
- * quantized to 1/4 in [-8, 8), so the maximum is usually tied. */
-static void fill_argmax_row(struct kc_rng *rng, float *x, int n, int r)
-{
-	kc_fill(rng, x, n, -20.0f, 20.0f);
-	switch (r) {
-	case 0: /* plain random */
-		break;
-	case 1: { /* a tie far apart: the lower index wins */
-		int j1 = n / 3 + 5, j2 = n - 2;
-		x[j1] = x[j2] = 30.0f;
-		break;
-	}
-	case 2: /* all -inf */
-		for (int i = 0; i < n; i++)
-			x[i] = -INFINITY;
-		break;
-	case 3: /* all NaN */
-		for (int i = 0; i < n; i++)
-			x[i] = NAN;
-		break;
-	case 4: /* NaN first and sprinkled: never wins */
-		for (int i = 0; i < n; i += 7)
-			x[i] = NAN;
-		break;
-	case 5: /* +inf twice */
-		x[n / 2 + 1] = INFINITY;
-		x[n - 1] = INFINITY;
-		break;
-	case 6: /* the maximum at the last index (a scalar tail when n % 4) */
-		x[n - 1] = 25.0f;
-		break;
-	case 7: /* only NaN and -inf: the first -inf */
-		for (int i = 0; i < n; i++)
-			x[i] = i % 3 == 2 ? -INFINITY : NAN;
-		break;
-	case 8: /* all equal: index 0 */
-		for (int i = 0; i < n; i++)
-			x[i] = 1.5f;
-		break;
-	case 9: /* the maximum at index 0 next to NaN */
-		x[0] = 50.0f;
-		x[1] = NAN;
-		break;
-	default:
-		for (int i = 0; i < n; i++)
-			x[i] = (float)((int)kc_below(rng, 64) - 32) / 4.0f;
-	}
-}
-
-static void test_argmax(struct kc_rng *rng)
-{
-	static const int vocabs[] = {1001, 32000, 152064};
-	static const int rowss[] = {1, 7, 300};
-	for (int vi = 0; vi < 3; vi++)
-		for (int ri = 0; ri < 3; ri++) {
-			const int vocab = vocabs[vi], rows = rowss[ri];
-			const size_t n = (size_t)rows * vocab;
-			float *x = xmalloc(n * sizeof(float));
-			float *ref = xmalloc(rows * sizeof(float)), *got = xmalloc(rows * sizeof(float));
-			int32_t *out = xmalloc(rows * sizeof(int32_t));
-			for (int r = 0; r < rows; r++) {
-				/* with 1 or 7 rows, still visit every special case */
-				int kind = rows == 1 ? vi * 3 + ri : rows == 7 ? r + 3 * vi : r;
-				float *xr = x + (size_t)r * vocab;
-				fill_argmax_row(rng, xr, vocab, kind);
-				int want = argmax_ref(xr, vocab);
-				if (!isnan(xr[0]) && want != kops_argmax(xr, vocab))
-					kc_fail("argmax_ref disagrees with kops_argmax (row kind %d)", kind);
-				ref[r] = (float)want;
-			}
-			float *d_x = kc_upload(x, n * sizeof(float));
-			int32_t *d_out = kc_dev_alloc(rows * sizeof(int32_t));
-			kc_ok(k_argmax(NULL, d_x, rows, vocab, d_out), "k_argmax");
-			kc_sync("k_argmax");
-			kc_download(out, d_out, rows * sizeof(int32_t));
-			for (int r = 0; r < rows; r++)
-				got[r] = (float)out[r];
-			char what[64];
-			snprintf(what, sizeof what, "argmax vocab%d r%d", vocab, rows);
-			kc_compare(what, got, ref, rows, 0.0f, 0.0f);
-			free(x);
-			free(ref);
-			free(got);
-			free(out);
-			kc_dev_free(d_x);
-			kc_dev_free(d_out);
-		}
-}
-
 /* ---- cast ----------------------------------------------------------------------- */
 
 /* kc_compare treats NaN and inf as mismatches; compare a finite view instead:
@@ -978,7 +871,7 @@ static void test_cast(struct kc_rng *rng)
 }
 
 /* test_cuda_ops [NAME...]: run only the named groups (embed, add_rmsnorm,
- * rmsnorm_rows, qkv, silu_mul, argmax, cast); all of them by default. */
+ * rmsnorm_rows, qkv, silu_mul, quant_fused, cast); all of them by default. */
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -988,7 +881,6 @@ int main(int argc, char **argv)
 		{"embed", test_embed},	 {"add_rmsnorm", test_add_rmsnorm},
 		{"rmsnorm_rows", test_rmsnorm_rows}, {"qkv", test_qkv},
 		{"silu_mul", test_silu_mul}, {"quant_fused", test_quant_fused},
-		{"argmax", test_argmax},
 		{"cast", test_cast},
 	};
 	check_args();

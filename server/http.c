@@ -6,11 +6,16 @@
  * resumes it, and MHD calls the access handler again, which queues the stored
  * response. Streams use a chunked callback response whose reader suspends the
  * connection when it has nothing to send and is resumed by the next write.
- * Tested end to end in tests/e2e/. See http.h for the contract.
+ * MHD does not watch a suspended connection's socket, so a client that goes
+ * away while its request waits would go unnoticed until the answer: every
+ * PEER_CHECK_MS the parked connections' sockets are peeked, and one at EOF
+ * (or reset) is resumed only to be closed, which reports it to on_close as
+ * not completed. Tested end to end in tests/e2e/. See http.h for the contract.
  */
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -21,6 +26,8 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+
+#define PEER_CHECK_MS 200 /* how often parked connections' sockets are peeked */
 
 struct http_req {
 	struct http_server *srv;
@@ -37,6 +44,7 @@ struct http_req {
 	bool in_handler;   /* inside on_request (answers are queued on return) */
 	bool suspended;    /* MHD-suspended by us */
 	bool answered;     /* a response or stream start was queued or is pending */
+	bool peer_gone;    /* parked, and the client closed or reset its socket */
 	struct MHD_Response *pending; /* built, waiting for the access handler to queue it */
 	int pending_status;
 	int status; /* the status sent (0 until answered) */
@@ -51,6 +59,7 @@ struct http_server {
 	struct MHD_Daemon *mhd;
 	uv_poll_t poll;
 	uv_timer_t timer;
+	uv_timer_t peer_timer; /* the parked connections' liveness check */
 	struct http_handler h;
 	uint64_t max_body;
 	char *too_large_body;
@@ -186,6 +195,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
 	}
 	if (r->stream_ended)
 		return MHD_CONTENT_READER_END_OF_STREAM;
+	if (r->peer_gone)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
 	/* nothing to send yet: park until the next write or the end */
 	req_suspend(r);
 	return 0;
@@ -288,6 +299,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	}
 	if (r->pending)
 		return queue_pending(r);
+	if (r->peer_gone)
+		return MHD_NO; /* close it: on_completed reports it as not completed */
 	if (r->dispatched) {
 		/* resumed with nothing to queue (a stream is already running) */
 		return MHD_YES;
@@ -362,6 +375,39 @@ static void schedule_drive(struct http_server *s)
 	}
 	if (s->mhd)
 		uv_timer_start(&s->timer, on_timer, 0, 0);
+}
+
+/* The client of a parked connection is gone when its socket reads EOF or an
+ * error other than "nothing yet": a peek, so bytes it sent (a pipelined
+ * request) stay for MHD. */
+static bool socket_closed(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci || ci->connect_fd < 0)
+		return false;
+	char b;
+	ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0)
+		return true;
+	return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+static void on_peer_timer(uv_timer_t *t)
+{
+	struct http_server *s = t->data;
+	bool any = false;
+	for (struct http_req *r = s->live; r; r = r->next) {
+		if (!r->suspended || !r->dispatched || r->pending || r->peer_gone)
+			continue;
+		if (socket_closed(r->conn)) {
+			r->peer_gone = true;
+			req_resume(r);
+			any = true;
+		}
+	}
+	if (any)
+		schedule_drive(s);
 }
 
 static void on_poll(uv_poll_t *p, int status, int events)
@@ -463,6 +509,9 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 	uv_poll_start(&s->poll, UV_READABLE, on_poll);
 	uv_timer_init(loop, &s->timer);
 	s->timer.data = s;
+	uv_timer_init(loop, &s->peer_timer);
+	s->peer_timer.data = s;
+	uv_timer_start(&s->peer_timer, on_peer_timer, PEER_CHECK_MS, PEER_CHECK_MS);
 	mhd_drive(s);
 	*out = s;
 	return 0;
@@ -481,7 +530,7 @@ int http_server_active(const struct http_server *s)
 static void free_on_close(uv_handle_t *h)
 {
 	struct http_server *s = h->data;
-	/* two handles close (poll, timer), in an order libuv chooses: free after both */
+	/* three handles close (poll, two timers), in an order libuv chooses: free after all */
 	if (--s->n_closing == 0) {
 		free(s->too_large_body);
 		free(s);
@@ -501,9 +550,11 @@ void http_server_destroy(struct http_server *s)
 	}
 	uv_poll_stop(&s->poll);
 	uv_timer_stop(&s->timer);
-	s->n_closing = 2;
+	uv_timer_stop(&s->peer_timer);
+	s->n_closing = 3;
 	uv_close((uv_handle_t *)&s->poll, free_on_close);
 	uv_close((uv_handle_t *)&s->timer, free_on_close);
+	uv_close((uv_handle_t *)&s->peer_timer, free_on_close);
 }
 
 /* ---- accessors ---------------------------------------------------------------- */

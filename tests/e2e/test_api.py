@@ -241,6 +241,32 @@ class Basics(unittest.TestCase):
         self.assertEqual(SRV.metric("aorta:num_requests_running"), 0)
         self.assertLessEqual(SRV.metric("aorta:kv_cache_usage_perc"), base)
 
+    def test_disconnect_while_waiting_cancels_a_non_streaming_request(self):
+        # the connection is parked (no bytes go out until the whole answer),
+        # so only the socket check can see the client go
+        gen0 = SRV.metric("aorta:generation_tokens_total")
+        s = socket.create_connection(("127.0.0.1", SRV.port))
+        body = json.dumps(completion(max_tokens=480, ignore_eos=True, n=16, temperature=1.0,
+                                     seed=3)).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        for _ in range(500):  # until the engine is generating it
+            if SRV.metric("aorta:num_requests_running") > 0:
+                break
+            time.sleep(0.01)
+        self.assertGreater(SRV.metric("aorta:num_requests_running"), 0)
+        s.close()
+        deadline = time.time() + 2.0
+        while time.time() < deadline and SRV.metric("aorta:num_requests_running") > 0:
+            time.sleep(0.02)
+        self.assertEqual(SRV.metric("aorta:num_requests_running"), 0)
+        # cancelled, not run to the end: fewer than the 16 x 480 tokens asked for
+        made = SRV.metric("aorta:generation_tokens_total") - gen0
+        print(f"disconnected non-streaming request: {made:.0f} of {16 * 480} tokens made")
+        self.assertLess(made, 16 * 480)
+        st, good = SRV.post("/v1/completions", completion(max_tokens=2))
+        self.assertEqual(st, 200, good)
+
     def test_concurrent_streams_match_solo(self):
         prompts = [f"client {i} says" for i in range(64)]
         solo = [SRV.post("/v1/completions", completion(prompt=p, max_tokens=12))[1]

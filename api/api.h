@@ -228,8 +228,12 @@ struct api_meta {
 	int64_t created; /* unix seconds */
 };
 
-/* "cmpl-" / "chatcmpl-" + 16 hex digits of request_id; out needs 32 bytes. */
-void api_format_id(char *out, size_t cap, const char *prefix, uint64_t request_id);
+/* prefix ("cmpl-", "chatcmpl-") + 16 hex digits of instance + 16 of
+ * request_id: 32 hex digits, as long as vLLM's random UUIDs; instance is
+ * random per server process, so ids do not repeat across restarts or
+ * replicas. out needs 48 bytes. */
+void api_format_id(char *out, size_t cap, const char *prefix, uint64_t instance,
+		   uint64_t request_id);
 
 struct api_usage {
 	int64_t prompt_tokens;

@@ -26,9 +26,10 @@ static int str(struct buf *o, const char *s)
 	return api_json_string(o, s ? s : "", s ? strlen(s) : 0);
 }
 
-void api_format_id(char *out, size_t cap, const char *prefix, uint64_t request_id)
+void api_format_id(char *out, size_t cap, const char *prefix, uint64_t instance,
+		   uint64_t request_id)
 {
-	snprintf(out, cap, "%s%016" PRIx64, prefix, request_id);
+	snprintf(out, cap, "%s%016" PRIx64 "%016" PRIx64, prefix, instance, request_id);
 }
 
 /* OpenAI writes -inf logprobs as -9999.0; NaN (no value, e.g. the first

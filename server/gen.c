@@ -80,7 +80,8 @@ struct srv_session {
 	int work_bad_prompt;
 	int n_live; /* batcher requests without their terminal event */
 	struct api_stream st;
-	char id[40];
+	char id[48];
+	int64_t created; /* unix seconds at arrival: the responses' "created" */
 	int64_t prompt_tokens, completion_tokens;
 	bool first_token_seen;
 	double t0;
@@ -294,7 +295,7 @@ static void session_complete(struct srv_session *x)
 		if (x->logprobs >= 0 && lp_render_init(x, c, 0, &lr[i]) == 0)
 			ch[i].logprobs = &lr[i].lp;
 	}
-	struct api_meta meta = { x->id, s->model_name, s->created };
+	struct api_meta meta = { x->id, s->model_name, x->created };
 	struct buf body;
 	buf_init(&body);
 	if (x->chat)
@@ -546,7 +547,7 @@ static int submit_all(struct srv_session *x, struct api_error *e)
 static void start_stream(struct srv_session *x)
 {
 	struct srv *s = x->s;
-	struct api_meta meta = { x->id, s->model_name, s->created };
+	struct api_meta meta = { x->id, s->model_name, x->created };
 	api_stream_init(&x->st, x->chat ? API_STREAM_CHAT : API_STREAM_COMPLETION, &meta,
 			x->n_choices, x->include_usage);
 	/* api_stream borrows meta's strings: point them at the session's copies */
@@ -618,7 +619,9 @@ static struct srv_session *session_new(struct srv *s, struct http_req *r, bool c
 	x->t0 = http_req_start_time(r);
 	buf_init(&x->chat_text);
 	buf_init(&x->out);
-	api_format_id(x->id, sizeof x->id, chat ? "chatcmpl-" : "cmpl-", http_req_id(r));
+	x->created = clock_unix_s();
+	api_format_id(x->id, sizeof x->id, chat ? "chatcmpl-" : "cmpl-", s->id_instance,
+		      http_req_id(r));
 	x->next = s->sessions;
 	if (s->sessions)
 		s->sessions->prev = x;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "api/metrics_text.h"
@@ -694,6 +695,20 @@ static void srv_free(struct srv *s)
 	free(s);
 }
 
+/* 64 random bits for this process's response ids (getrandom; the clock and
+ * pid mixed if the kernel refuses, so two instances still differ). */
+static uint64_t id_instance(void)
+{
+	uint64_t v = 0;
+	if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v && v)
+		return v;
+	v = (uint64_t)(clock_now_s() * 1e9) ^ ((uint64_t)getpid() << 32);
+	v ^= v >> 33;
+	v *= 0xff51afd7ed558ccdull;
+	v ^= v >> 33;
+	return v;
+}
+
 static struct srv *srv_new(const struct srv_config *cfg)
 {
 	struct srv *s = calloc(1, sizeof *s);
@@ -701,6 +716,7 @@ static struct srv *srv_new(const struct srv_config *cfg)
 		return NULL;
 	s->cfg = *cfg;
 	s->created = clock_unix_s();
+	s->id_instance = id_instance();
 	s->next_bat_id = 1;
 	api_limits_default(&s->limits);
 	/* vLLM's default: the --model argument as given */

@@ -63,7 +63,8 @@ struct srv {
 	char model_name[256];
 	int max_model_len;
 	int n_kv_blocks; /* the pool the engine was built with */
-	int64_t created;
+	int64_t created;      /* unix seconds at start: /v1/models */
+	uint64_t id_instance; /* random: the first half of every response id */
 	uint64_t next_bat_id;
 
 	/* watchdog: the engine thread is stuck when work is pending and no step

@@ -136,9 +136,9 @@ START_TEST(test_completion_body)
 {
 	struct buf b;
 	buf_init(&b);
-	char id[40];
-	api_format_id(id, sizeof id, "cmpl-", 255);
-	ck_assert_str_eq(id, "cmpl-00000000000000ff");
+	char id[48];
+	api_format_id(id, sizeof id, "cmpl-", 0x0123456789abcdefull, 255);
+	ck_assert_str_eq(id, "cmpl-0123456789abcdef00000000000000ff");
 	struct api_choice c[2] = {
 		{.index = 0, .text = "Hello", .text_len = 5, .finish_reason = "length"},
 		{.index = 1, .text = "a\nb", .text_len = 3, .finish_reason = "stop"},

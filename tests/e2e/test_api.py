@@ -89,10 +89,19 @@ class Basics(unittest.TestCase):
         self.assertEqual(body["data"][0]["id"], MODEL)
 
     def test_completion_shape(self):
+        # "created" is the request's time, not the server's start (which
+        # /v1/models shows): ask in a later second than that
+        started = SRV.get("/v1/models")[1]["data"][0]["created"]
+        while int(time.time()) <= started:
+            time.sleep(0.05)
+        t0 = int(time.time())
         st, body = SRV.post("/v1/completions", completion())
         self.assertEqual(st, 200, body)
         self.assertEqual(body["object"], "text_completion")
-        self.assertTrue(body["id"].startswith("cmpl-"))
+        self.assertRegex(body["id"], r"^cmpl-[0-9a-f]{32}$")
+        self.assertGreaterEqual(body["created"], t0)
+        self.assertLessEqual(body["created"], int(time.time()))
+        self.assertNotEqual(SRV.post("/v1/completions", completion())[1]["id"], body["id"])
         ch = body["choices"][0]
         self.assertIn(ch["finish_reason"], ("length", "stop"))
         u = body["usage"]

@@ -254,7 +254,7 @@ struct api_token_logprob {
 	float logprob;
 	const struct api_top_logprob *top;
 	int n_top;
-	int32_t text_offset; /* completions only: byte offset in the choice text */
+	int32_t text_offset; /* completions only: character offset in the choice text */
 };
 
 struct api_logprobs {
@@ -298,6 +298,9 @@ int api_render_detokenize(struct buf *out, const char *text, size_t len);
 /* Append s as a JSON string literal (quotes included). Invalid UTF-8 is
  * replaced by U+FFFD so the output is always valid JSON. */
 int api_json_string(struct buf *out, const char *s, size_t len);
+/* The characters (code points) api_json_string renders s as: one per valid
+ * UTF-8 sequence, one U+FFFD per invalid byte. For text_offset. */
+size_t api_json_string_chars(const char *s, size_t len);
 
 /* ---- streaming (SSE) --------------------------------------------------- */
 

@@ -256,6 +256,17 @@ int api__to_string(struct api__jp *p, const cJSON *it, const char *param, char *
 
 /* ---- writers ------------------------------------------------------------ */
 
+size_t api_json_string_chars(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n = 0;
+	for (size_t i = 0; i < len; n++) {
+		size_t k = u[i] < 0x80 ? 1 : utf8_seq(u + i, len - i);
+		i += k ? k : 1;
+	}
+	return n;
+}
+
 int api_json_string(struct buf *out, const char *s, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";

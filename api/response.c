@@ -115,6 +115,18 @@ int api_render_completion_logprobs(struct buf *o, const struct api_logprobs *lp)
 			TRY(buf_append_char(o, ':'));
 			TRY(logprob_val(o, t->top[k].logprob));
 		}
+		/* and the sampled token, as OpenAI and vLLM always give it (so
+		 * up to logprobs + 1 entries) */
+		const struct api_top_logprob self = {t->token, t->token_len, t->logprob};
+		bool listed = false;
+		for (int k = 0; k < t->n_top && !listed; k++)
+			listed = same_token(&t->top[k], &self);
+		if (!listed) {
+			TRY(buf_append_str(o, first ? "" : ","));
+			TRY(api_json_string(o, t->token, t->token_len));
+			TRY(buf_append_char(o, ':'));
+			TRY(logprob_val(o, t->logprob));
+		}
 		TRY(buf_append_char(o, '}'));
 	}
 	return buf_append_str(o, "]}");

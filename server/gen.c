@@ -35,6 +35,7 @@ struct sess_choice {
 	double t_last_token;
 	struct lp_entry *lps;
 	size_t n_lps, cap_lps;
+	int32_t lp_chars; /* streams: the text_offset of the next logprobs entry */
 };
 
 struct sess_prompt {
@@ -177,9 +178,11 @@ static void session_fail(struct srv_session *x, const struct api_error *e)
 	}
 }
 
-static void fill_logprobs(struct srv_session *x, const struct sess_choice *c,
-			  struct api_token_logprob *tl, struct api_top_logprob *tops,
-			  struct buf *texts, size_t *offs)
+/* text_offset counts characters of the token texts from text_off on; returns
+ * the offset after the last. */
+static int32_t fill_logprobs(struct srv_session *x, const struct sess_choice *c,
+			     int32_t text_off, struct api_token_logprob *tl,
+			     struct api_top_logprob *tops, struct buf *texts, size_t *offs)
 {
 	/* decode each token alone; texts holds them back to back */
 	const struct tokenizer *tok = x->s->tok;
@@ -195,14 +198,13 @@ static void fill_logprobs(struct srv_session *x, const struct sess_choice *c,
 	}
 	offs[n_text] = texts->len;
 	size_t t = 0, top_i = 0;
-	int32_t text_off = 0;
 	for (size_t i = 0; i < c->n_lps; i++) {
 		const struct lp_entry *e = &c->lps[i];
 		tl[i].token = texts->data + offs[t];
 		tl[i].token_len = offs[t + 1] - offs[t];
 		tl[i].logprob = e->logprob;
 		tl[i].text_offset = text_off;
-		text_off += (int32_t)tl[i].token_len;
+		text_off += (int32_t)api_json_string_chars(tl[i].token, tl[i].token_len);
 		t++;
 		tl[i].top = &tops[top_i];
 		tl[i].n_top = e->n_top;
@@ -212,19 +214,22 @@ static void fill_logprobs(struct srv_session *x, const struct sess_choice *c,
 			tops[top_i].logprob = e->top[k].logprob;
 		}
 	}
+	return text_off;
 }
 
-/* Render logprobs for choice c (all of them, or only entries [from, n_lps)). */
+/* Render logprobs for choice c (all of them, or only entries [from, n_lps)),
+ * text_offset counted from text_off. */
 struct lp_render {
 	struct api_logprobs lp;
 	struct api_token_logprob *tl;
 	struct api_top_logprob *tops;
 	struct buf texts;
 	size_t *offs;
+	int32_t end_off; /* the text_offset after the last entry */
 };
 
 static int lp_render_init(struct srv_session *x, const struct sess_choice *c, size_t from,
-			  struct lp_render *o)
+			  int32_t text_off, struct lp_render *o)
 {
 	memset(o, 0, sizeof *o);
 	buf_init(&o->texts);
@@ -239,7 +244,7 @@ static int lp_render_init(struct srv_session *x, const struct sess_choice *c, si
 	o->offs = calloc(view.n_lps + n_top + 1, sizeof *o->offs);
 	if (!o->tl || !o->tops || !o->offs)
 		return -1;
-	fill_logprobs(x, &view, o->tl, o->tops, &o->texts, o->offs);
+	o->end_off = fill_logprobs(x, &view, text_off, o->tl, o->tops, &o->texts, o->offs);
 	o->lp.tokens = o->tl;
 	o->lp.n_tokens = view.n_lps;
 	return 0;
@@ -292,7 +297,7 @@ static void session_complete(struct srv_session *x)
 		ch[i].text = c->text.data ? c->text.data : "";
 		ch[i].text_len = c->text.len;
 		ch[i].finish_reason = c->finish;
-		if (x->logprobs >= 0 && lp_render_init(x, c, 0, &lr[i]) == 0)
+		if (x->logprobs >= 0 && lp_render_init(x, c, 0, 0, &lr[i]) == 0)
 			ch[i].logprobs = &lr[i].lp;
 	}
 	struct api_meta meta = { x->id, s->model_name, x->created };
@@ -356,7 +361,9 @@ static void on_token(struct srv_session *x, struct sess_choice *c, int choice,
 	if (ev->text_len == 0 && c->n_lps == lp_from)
 		return; /* nothing to show yet */
 	struct lp_render lr;
-	bool has_lp = c->n_lps > lp_from && lp_render_init(x, c, lp_from, &lr) == 0;
+	bool has_lp = c->n_lps > lp_from && lp_render_init(x, c, lp_from, c->lp_chars, &lr) == 0;
+	if (has_lp)
+		c->lp_chars = lr.end_off; /* offsets run on over the whole stream */
 	buf_clear(&x->out);
 	api_stream_delta(&x->st, &x->out, choice, ev->text ? ev->text : "", ev->text_len,
 			 has_lp ? &lr.lp : NULL);

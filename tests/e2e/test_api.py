@@ -186,6 +186,32 @@ class Basics(unittest.TestCase):
             self.assertLessEqual(len(top), 3)
             # greedy: the chosen token is the most likely one
             self.assertAlmostEqual(max(top.values()), lp["token_logprobs"][i], places=4)
+        # sampled: the chosen token is always among top_logprobs (up to
+        # logprobs + 1 entries), and logprobs 0 gives it alone
+        for n_lp in (0, 2):
+            st, body = SRV.post("/v1/completions", completion(logprobs=n_lp, max_tokens=12,
+                                                              temperature=1.5, seed=5))
+            self.assertEqual(st, 200, body)
+            lp = body["choices"][0]["logprobs"]
+            for tok, tlp, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+                self.assertIn(tok, top)
+                # keyed by text: another id of the same text may hold the
+                # key first, with a larger logprob
+                self.assertGreaterEqual(top[tok], tlp - 1e-4)
+                self.assertLessEqual(len(top), n_lp + 1)
+            # text_offset: characters, each token's text after the one before
+            offs = [0]
+            for tok in lp["tokens"][:-1]:
+                offs.append(offs[-1] + len(tok))
+            self.assertEqual(lp["text_offset"], offs)
+        # streamed, the offsets run on over the chunks: the same as above
+        st, events = SRV.stream("/v1/completions", completion(logprobs=2, max_tokens=12,
+                                                              temperature=1.5, seed=5,
+                                                              stream=True))
+        self.assertEqual(st, 200)
+        streamed = [o for ev in events if ev != "[DONE]" for ch in ev["choices"]
+                    if ch.get("logprobs") for o in ch["logprobs"]["text_offset"]]
+        self.assertEqual(streamed, lp["text_offset"])
         st, body = SRV.post("/v1/chat/completions", chat(logprobs=True, top_logprobs=2))
         self.assertEqual(st, 200, body)
         content = body["choices"][0]["logprobs"]["content"]

@@ -143,6 +143,7 @@ struct api_completion_req {
 	int32_t max_tokens;  /* >= 1, <= limits.max_tokens (OpenAI's default is 16) */
 	int n;		     /* choices per prompt, default 1 */
 	bool stream, include_usage, echo;
+	bool add_special_tokens; /* default true (BOS where the tokenizer adds it) */
 	int logprobs; /* -1 = none, else 0..20 top alternatives */
 	char *user;
 	struct api_sampling s;
@@ -171,6 +172,8 @@ struct api_chat_req {
 	bool stream, include_usage;
 	bool logprobs;	  /* return logprobs of the chosen tokens */
 	int top_logprobs; /* 0..20, only with logprobs */
+	/* default true: BOS added where the chat template does not emit it */
+	bool add_special_tokens;
 	char *user;
 	struct api_sampling s;
 };
@@ -184,8 +187,11 @@ struct api_tokenize_req {
 	size_t prompt_len;
 	struct api_chat_msg *msgs; /* is_chat */
 	int n_msgs;
-	bool add_special_tokens;    /* default: true for prompt, false for messages */
+	/* default true; for messages, as in chat: BOS only where the template
+	 * does not emit it */
+	bool add_special_tokens;
 	bool add_generation_prompt; /* default true */
+	bool return_token_strs;     /* default false */
 };
 
 /* POST /detokenize: {"tokens": [...]} */
@@ -290,9 +296,11 @@ struct api_model_info {
 };
 int api_render_models(struct buf *out, const struct api_model_info *models, int n_models);
 
-/* /tokenize and /detokenize bodies (vLLM shapes). */
+/* /tokenize and /detokenize bodies (vLLM shapes). strs / str_lens: each
+ * token's vocabulary piece for "token_strs" (return_token_strs), or NULL
+ * for null. */
 int api_render_tokenize(struct buf *out, const int32_t *tokens, size_t n_tokens,
-			int32_t max_model_len);
+			int32_t max_model_len, const char *const *strs, const size_t *str_lens);
 int api_render_detokenize(struct buf *out, const char *text, size_t len);
 
 /* Append s as a JSON string literal (quotes included). Invalid UTF-8 is

@@ -428,6 +428,10 @@ static int completion_body(struct api__jp *p, const cJSON *root, struct api_comp
 	    (rc = parse_prompt(p, root, r)) || (rc = parse_sampling(p, root, &r->s)) ||
 	    (rc = get_bool(p, root, "echo", "echo", NULL, &r->echo)))
 		return rc;
+	r->add_special_tokens = true;
+	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
+			   &r->add_special_tokens)))
+		return rc;
 	/* max_tokens 0 only makes sense with echo (score the prompt, as
 	 * lm-evaluation-harness does). */
 	if ((rc = get_int_in(p, root, "max_tokens", r->echo ? 0 : 1, p->lim->max_tokens,
@@ -594,6 +598,10 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 	    (rc = parse_messages(p, root, &r->msgs, &r->n_msgs)) ||
 	    (rc = parse_sampling(p, root, &r->s)))
 		return rc;
+	r->add_special_tokens = true;
+	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
+			   &r->add_special_tokens)))
+		return rc;
 	const cJSON *tools;
 	if ((rc = api__member(p, root, "tools", "tools", &tools)))
 		return rc;
@@ -653,7 +661,7 @@ static int tokenize_body(struct api__jp *p, const cJSON *root, struct api_tokeni
 	if (!pr && !msgs)
 		return api__bad(p, "prompt", "'prompt' or 'messages' is required");
 	r->is_chat = msgs != NULL;
-	r->add_special_tokens = !r->is_chat;
+	r->add_special_tokens = true; /* for messages: BOS where the template has none, as chat */
 	r->add_generation_prompt = true;
 	if (pr) {
 		if ((rc = api__to_string(p, pr, "prompt", &r->prompt, &r->prompt_len)))
@@ -664,7 +672,9 @@ static int tokenize_body(struct api__jp *p, const cJSON *root, struct api_tokeni
 	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
 			   &r->add_special_tokens)) ||
 	    (rc = get_bool(p, root, "add_generation_prompt", "add_generation_prompt", NULL,
-			   &r->add_generation_prompt)))
+			   &r->add_generation_prompt)) ||
+	    (rc = get_bool(p, root, "return_token_strs", "return_token_strs", NULL,
+			   &r->return_token_strs)))
 		return rc;
 	return 0;
 }

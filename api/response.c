@@ -242,13 +242,20 @@ int api_render_models(struct buf *o, const struct api_model_info *models, int n_
 }
 
 int api_render_tokenize(struct buf *o, const int32_t *tokens, size_t n_tokens,
-			int32_t max_model_len)
+			int32_t max_model_len, const char *const *strs, const size_t *str_lens)
 {
 	TRY(buf_printf(o, "{\"count\":%zu,\"max_model_len\":%" PRId32 ",\"tokens\":[", n_tokens,
 		       max_model_len));
 	for (size_t i = 0; i < n_tokens; i++)
 		TRY(buf_printf(o, "%s%" PRId32, i ? "," : "", tokens[i]));
-	return buf_append_str(o, "],\"token_strs\":null}");
+	if (!strs)
+		return buf_append_str(o, "],\"token_strs\":null}");
+	TRY(buf_append_str(o, "],\"token_strs\":["));
+	for (size_t i = 0; i < n_tokens; i++) {
+		TRY(buf_append_str(o, i ? "," : ""));
+		TRY(api_json_string(o, strs[i] ? strs[i] : "", strs[i] ? str_lens[i] : 0));
+	}
+	return buf_append_str(o, "]}");
 }
 
 int api_render_detokenize(struct buf *o, const char *text, size_t len)

@@ -718,7 +718,7 @@ void gen_handle_completion(struct srv *s, struct http_req *r)
 	x->echo = x->creq.echo;
 	x->n_prompts = x->creq.n_prompts;
 	/* completions: HF tokenizers add BOS and read special-token text (vLLM's default) */
-	x->enc_flags = TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL;
+	x->enc_flags = (x->creq.add_special_tokens ? TOK_ADD_SPECIAL : 0) | TOK_PARSE_SPECIAL;
 	session_start(x, x->creq.model);
 }
 
@@ -750,7 +750,8 @@ void gen_handle_chat(struct srv *s, struct http_req *r)
 	x->include_usage = x->chreq.include_usage;
 	x->n_prompts = 1;
 	/* the template text carries the special tokens (and BOS, when it emits it) */
-	x->enc_flags = TOK_PARSE_SPECIAL | (has_bos ? 0 : TOK_ADD_SPECIAL);
+	x->enc_flags = TOK_PARSE_SPECIAL |
+		       (has_bos || !x->chreq.add_special_tokens ? 0 : TOK_ADD_SPECIAL);
 	session_start(x, x->chreq.model);
 }
 

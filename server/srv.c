@@ -213,11 +213,23 @@ static void handle_tokenize(struct srv *s, struct http_req *r)
 		api_error_from_err(&e, rc, "prompt", "cannot tokenize the input: %s", err_str(rc));
 		srv_respond_error(s, r, &e);
 	} else {
-		struct buf b;
-		buf_init(&b);
-		api_render_tokenize(&b, ids, n, s->max_model_len);
-		srv_respond_json(s, r, 200, &b);
-		buf_deinit(&b);
+		/* the vocabulary pieces ("Ġhello"), as vLLM's convert_ids_to_tokens */
+		const char **strs = q.return_token_strs ? calloc(n + 1, sizeof *strs) : NULL;
+		size_t *lens = q.return_token_strs ? calloc(n + 1, sizeof *lens) : NULL;
+		if (q.return_token_strs && (!strs || !lens)) {
+			api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
+			srv_respond_error(s, r, &e);
+		} else {
+			for (size_t i = 0; strs && i < n; i++)
+				strs[i] = tok_token_text(s->tok, ids[i], &lens[i]);
+			struct buf b;
+			buf_init(&b);
+			api_render_tokenize(&b, ids, n, s->max_model_len, strs, lens);
+			srv_respond_json(s, r, 200, &b);
+			buf_deinit(&b);
+		}
+		free(strs);
+		free(lens);
 	}
 	free(ids);
 out:

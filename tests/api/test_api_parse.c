@@ -435,7 +435,8 @@ START_TEST(test_tokenize_parse)
 	const char *b2 = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
 			 "\"add_generation_prompt\":false}";
 	ck_assert_int_eq(api_parse_tokenize(b2, strlen(b2), NULL, &t, &e), 0);
-	ck_assert(t.is_chat && !t.add_special_tokens && !t.add_generation_prompt);
+	/* messages: special tokens on by default, as chat completions add them */
+	ck_assert(t.is_chat && t.add_special_tokens && !t.add_generation_prompt);
 	ck_assert_int_eq(t.n_msgs, 1);
 	api_tokenize_req_free(&t);
 	const char *b3 = "{\"prompt\":\"a\",\"messages\":[]}";

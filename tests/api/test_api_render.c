@@ -320,14 +320,20 @@ START_TEST(test_models_tokenize)
 				 "\"parent\":null,\"max_model_len\":2048}]}");
 	buf_clear(&b);
 	int32_t t[] = {1, 22557, 3};
-	ck_assert_int_eq(api_render_tokenize(&b, t, 3, 4096), 0);
+	ck_assert_int_eq(api_render_tokenize(&b, t, 3, 4096, NULL, NULL), 0);
 	ck_assert_str_eq(b.data, "{\"count\":3,\"max_model_len\":4096,\"tokens\":[1,22557,3],"
 				 "\"token_strs\":null}");
+	buf_clear(&b);
+	const char *strs[] = {"<s>", "\xC4\xA0hi\"", NULL};
+	const size_t lens[] = {3, 5, 0};
+	ck_assert_int_eq(api_render_tokenize(&b, t, 3, 4096, strs, lens), 0);
+	ck_assert_str_eq(b.data, "{\"count\":3,\"max_model_len\":4096,\"tokens\":[1,22557,3],"
+				 "\"token_strs\":[\"<s>\",\"\xC4\xA0hi\\\"\",\"\"]}");
 	buf_clear(&b);
 	ck_assert_int_eq(api_render_detokenize(&b, "Hi \"you\"", 8), 0);
 	ck_assert_str_eq(b.data, "{\"prompt\":\"Hi \\\"you\\\"\"}");
 	buf_clear(&b);
-	ck_assert_int_eq(api_render_tokenize(&b, NULL, 0, 1), 0);
+	ck_assert_int_eq(api_render_tokenize(&b, NULL, 0, 1, NULL, NULL), 0);
 	cJSON_Delete(parse_ok(b.data));
 	buf_deinit(&b);
 }

@@ -225,6 +225,27 @@ class Basics(unittest.TestCase):
         st, back = SRV.post("/detokenize", {"model": MODEL, "tokens": body["tokens"]})
         self.assertEqual(st, 200, back)
         self.assertTrue(back["prompt"].endswith("Hello"))
+        # /tokenize counts what the generation endpoints feed the model, with
+        # add_special_tokens (default true) alike on all three
+        msgs = chat()["messages"]
+        for add in (True, False):
+            st, tk = SRV.post("/tokenize", {"messages": msgs, "add_special_tokens": add})
+            self.assertEqual(st, 200, tk)
+            st, ch = SRV.post("/v1/chat/completions", chat(max_tokens=1, add_special_tokens=add))
+            self.assertEqual(st, 200, ch)
+            self.assertEqual(ch["usage"]["prompt_tokens"], tk["count"], add)
+            st, tk = SRV.post("/tokenize", {"prompt": "Hello", "add_special_tokens": add})
+            st, co = SRV.post("/v1/completions", completion(max_tokens=1, add_special_tokens=add))
+            self.assertEqual(st, 200, co)
+            self.assertEqual(co["usage"]["prompt_tokens"], tk["count"], add)
+        st, tk = SRV.post("/tokenize", {"prompt": "Hello world", "return_token_strs": True})
+        self.assertEqual(st, 200, tk)
+        self.assertEqual(len(tk["token_strs"]), tk["count"])
+        self.assertTrue(all(isinstance(t, str) and t for t in tk["token_strs"]), tk)
+        self.assertIsNone(SRV.post("/tokenize", {"prompt": "Hello"})[1]["token_strs"])
+        st, tk = SRV.post("/tokenize", {"messages": msgs})
+        self.assertEqual(SRV.post("/v1/chat/completions", chat(max_tokens=1))[1]["usage"]
+                         ["prompt_tokens"], tk["count"])
 
     def test_bad_requests(self):
         self.assert_error(*SRV.post("/v1/completions", b"{not json"), 400)

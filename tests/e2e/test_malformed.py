@@ -68,6 +68,7 @@ FIELD_BAD = {
                  [{"role": "user", "content": [1]}]],
     "add_special_tokens": NOT_BOOL,
     "add_generation_prompt": NOT_BOOL,
+    "return_token_strs": NOT_BOOL,
     "tokens": [None, 1, "x", {}, [None], ["x"], [1.5], [-1], [2**40], [True], [[1]]],
 }
 
@@ -75,12 +76,14 @@ FIELDS = {
     "/v1/completions": ["prompt", "max_tokens", "temperature", "top_p", "n", "stop", "seed",
                         "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "echo",
                         "stream", "stream_options", "user", "top_k", "min_p",
-                        "repetition_penalty", "ignore_eos", "min_tokens", "model"],
+                        "repetition_penalty", "ignore_eos", "min_tokens", "model",
+                        "add_special_tokens"],
     "/v1/chat/completions": ["messages", "max_tokens", "max_completion_tokens", "temperature",
                              "top_p", "n", "stop", "seed", "logprobs", "top_logprobs", "stream",
                              "stream_options", "logit_bias", "presence_penalty", "model",
-                             "min_tokens", "top_k"],
-    "/tokenize": ["prompt", "add_special_tokens", "add_generation_prompt", "model"],
+                             "min_tokens", "top_k", "add_special_tokens"],
+    "/tokenize": ["prompt", "add_special_tokens", "add_generation_prompt", "model",
+                  "return_token_strs"],
     "/detokenize": ["tokens", "model"],
 }
 

@@ -141,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!rc) {
 			struct buf b;
 			buf_init(&b);
-			if (api_render_tokenize(&b, r.tokens, r.n_tokens, 4096))
+			if (api_render_tokenize(&b, r.tokens, r.n_tokens, 4096, NULL, NULL))
 				abort();
 			must_be_json(&b);
 			buf_deinit(&b);

@@ -70,7 +70,7 @@ static int replace_into(const char *s, size_t n, const char *pat, size_t pn, con
 
 /* One decoder over the list; writes a new list into out. */
 static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, const struct toks *in, struct toks *out,
-		       bool at_start, bool at_end, bool *fused, bool *tail_open)
+		       bool at_start, bool at_end, bool keep_bytes, bool *fused, bool *tail_open)
 {
 	struct buf tmp;
 	buf_init(&tmp);
@@ -129,7 +129,7 @@ static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, cons
 			}
 			if (rc)
 				break;
-			if (tok_utf8_is_valid(tmp.data, tmp.len)) {
+			if (keep_bytes || tok_utf8_is_valid(tmp.data, tmp.len)) {
 				rc = toks_add(out, tmp.data, tmp.len);
 			} else {
 				for (size_t k = i; k < j && !rc; k++)
@@ -203,7 +203,10 @@ static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, cons
 			buf_init(&lossy);
 			/* a partial character at the end: more bytes may complete it */
 			*tail_open = tok_utf8_incomplete_tail(tmp.data ? tmp.data : "", tmp.len);
-			rc = tok_utf8_lossy(tmp.data ? tmp.data : "", tmp.len, &lossy);
+			if (keep_bytes)
+				rc = buf_append(&lossy, tmp.data ? tmp.data : "", tmp.len) ? ERR_NOMEM : 0;
+			else
+				rc = tok_utf8_lossy(tmp.data ? tmp.data : "", tmp.len, &lossy);
 			if (!rc)
 				rc = toks_add(out, lossy.data ? lossy.data : "", lossy.len);
 			buf_deinit(&lossy);
@@ -266,7 +269,8 @@ static int decode_ex(const struct tokenizer *t, const int32_t *ids, size_t n, un
 	bool fused = false;
 	for (int k = 0; k < t->n_decs && !rc; k++) {
 		toks_free(&b);
-		rc = run_decoder(t, &t->decs[k], &a, &b, at_start, at_end, &fused, tail_open);
+		rc = run_decoder(t, &t->decs[k], &a, &b, at_start, at_end, (flags & TOK_KEEP_BYTES) != 0,
+				 &fused, tail_open);
 		struct toks sw = a;
 		a = b;
 		b = sw;

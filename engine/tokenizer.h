@@ -56,6 +56,11 @@ enum {
 				      * that token (chat templates); without it only
 				      * non-special added tokens are matched (user text) */
 	TOK_SKIP_SPECIAL = 1u << 2,  /* decode: drop special tokens */
+	TOK_KEEP_BYTES = 1u << 3,    /* decode: bytes that are no whole UTF-8
+				      * character stay as they are instead of
+				      * becoming U+FFFD (a token's own bytes, for
+				      * logprobs' "bytes"; the text may then be
+				      * invalid UTF-8) */
 };
 
 /* tokenizer_config may be NULL (then no clean-up, BOS/EOS from the post-processor). */
@@ -73,7 +78,7 @@ int tok_export_gguf(const struct tokenizer *t, struct gguf_writer *w, struct dia
  * *n == 0). Flags: TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL. */
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
 	       size_t *n);
-/* Decode ids and append the text to out. Flags: TOK_SKIP_SPECIAL.
+/* Decode ids and append the text to out. Flags: TOK_SKIP_SPECIAL, TOK_KEEP_BYTES.
  * Ids outside the vocabulary give ERR_RANGE. */
 int tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
 	       struct buf *out);

@@ -184,16 +184,19 @@ static int32_t fill_logprobs(struct srv_session *x, const struct sess_choice *c,
 			     int32_t text_off, struct api_token_logprob *tl,
 			     struct api_top_logprob *tops, struct buf *texts, size_t *offs)
 {
-	/* decode each token alone; texts holds them back to back */
+	/* decode each token alone; texts holds them back to back. Chat keeps
+	 * the bytes of a partial character (its "bytes" field must rebuild the
+	 * text); completions show it as U+FFFD, as vLLM does */
 	const struct tokenizer *tok = x->s->tok;
+	const unsigned dflags = x->chat ? TOK_KEEP_BYTES : 0;
 	size_t n_text = 0;
 	for (size_t i = 0; i < c->n_lps; i++) {
 		const struct lp_entry *e = &c->lps[i];
 		offs[n_text++] = texts->len;
-		tok_decode(tok, &e->token, 1, 0, texts);
+		tok_decode(tok, &e->token, 1, dflags, texts);
 		for (int k = 0; k < e->n_top; k++) {
 			offs[n_text++] = texts->len;
-			tok_decode(tok, &e->top[k].token, 1, 0, texts);
+			tok_decode(tok, &e->top[k].token, 1, dflags, texts);
 		}
 	}
 	offs[n_text] = texts->len;

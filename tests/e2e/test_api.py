@@ -217,6 +217,16 @@ class Basics(unittest.TestCase):
         content = body["choices"][0]["logprobs"]["content"]
         self.assertEqual(len(content), body["usage"]["completion_tokens"])
         self.assertEqual(len(content[0]["top_logprobs"]), 2)
+        # "bytes" are each token's own bytes: together they are the text,
+        # even where a token holds part of a character (the random model's
+        # text has invalid sequences too: U+FFFD in content, as in Python)
+        st, body = SRV.post("/v1/chat/completions", chat(
+            messages=[{"role": "user", "content": "na\u00efve"}], max_tokens=16, logprobs=True))
+        self.assertEqual(st, 200, body)
+        content = body["choices"][0]["logprobs"]["content"]
+        got = bytes(b for t in content for b in t["bytes"])
+        self.assertEqual(got.decode(errors="replace"), body["choices"][0]["message"]["content"],
+                         content)
 
     def test_tokenize_detokenize(self):
         st, body = SRV.post("/tokenize", {"model": MODEL, "prompt": "Hello"})

@@ -214,7 +214,8 @@ START_TEST(test_bos_eos)
 }
 END_TEST
 
-/* Invalid UTF-8 encodes exactly as its lossy repair; decode stays valid. */
+/* Invalid UTF-8 encodes exactly as its lossy repair; decode stays valid
+ * (but for TOK_KEEP_BYTES). */
 START_TEST(test_invalid_utf8)
 {
 	static const struct {
@@ -253,6 +254,11 @@ START_TEST(test_invalid_utf8)
 		ck_assert_uint_gt(w.len, 0);
 		ck_assert_int_eq(strstr(w.data, "\xEF\xBF\xBD") != NULL, 1);
 		ck_assert_str_eq(w.data, s.data);
+		/* TOK_KEEP_BYTES: the token's own byte instead (logprobs' "bytes") */
+		buf_clear(&w);
+		ck_assert_int_eq(tok_decode(t, seq, 2, TOK_KEEP_BYTES, &w), 0);
+		ck_assert_uint_eq(w.len, 2);
+		ck_assert_int_eq(memcmp(w.data, "\xE4\xE4", 2), 0);
 		buf_deinit(&w);
 		buf_deinit(&s);
 		tok_destroy(t);

@@ -45,6 +45,7 @@ struct sess_prompt {
 	size_t echo_len;
 	uint64_t bat_id;
 	bool live; /* submitted and no terminal event yet */
+	bool first_token_seen;
 };
 
 struct srv_session {
@@ -273,7 +274,6 @@ static void session_complete(struct srv_session *x)
 	s->m.requests_ok++;
 	s->m.prompt_tokens += (uint64_t)x->prompt_tokens;
 	s->m.generation_tokens += (uint64_t)x->completion_tokens;
-	histogram_observe(&s->m.e2e, clock_now_s() - x->t0);
 	if (!x->r)
 		return;
 	struct api_usage u = { x->prompt_tokens, x->completion_tokens };
@@ -328,15 +328,21 @@ static int sub_index(const struct srv_session *x, uint64_t bat_id)
 	return -1;
 }
 
-static void on_token(struct srv_session *x, struct sess_choice *c, int choice,
+static void on_token(struct srv_session *x, struct sess_choice *c, int k, int choice,
 		     const struct bat_event *ev)
 {
 	struct srv *s = x->s;
 	double now = clock_now_s();
-	if (!x->first_token_seen) {
+	if (!x->first_token_seen) { /* the access log's TTFT: the request's first token */
 		x->first_token_seen = true;
 		x->ttft = now - x->t0;
-		histogram_observe(&s->m.ttft, x->ttft);
+	}
+	/* the histograms count each prompt, as vLLM counts each engine request
+	 * (the queue time is per prompt too) */
+	struct sess_prompt *sp = &x->prompts[k];
+	if (!sp->first_token_seen) {
+		sp->first_token_seen = true;
+		histogram_observe(&s->m.ttft, now - x->t0);
 	}
 	if (c->t_last_token > 0)
 		histogram_observe(&s->m.itl, now - c->t_last_token);
@@ -386,7 +392,7 @@ static void on_event(struct srv *s, struct bat_event *ev)
 	switch (ev->kind) {
 	case BAT_EV_TOKEN:
 		if (c && x->r && !x->failed)
-			on_token(x, c, choice, ev);
+			on_token(x, c, k, choice, ev);
 		break;
 	case BAT_EV_FINISH:
 		if (!c)
@@ -404,6 +410,7 @@ static void on_event(struct srv *s, struct bat_event *ev)
 		if (ev->kind == BAT_EV_DONE) {
 			x->prompt_tokens += ev->prompt_tokens;
 			x->completion_tokens += ev->completion_tokens;
+			histogram_observe(&s->m.e2e, clock_now_s() - x->t0);
 			if (ev->t_first_scheduled_ns >= ev->t_arrival_ns && ev->t_arrival_ns)
 				histogram_observe(&s->m.queue,
 						 (double)(ev->t_first_scheduled_ns - ev->t_arrival_ns) *

@@ -158,11 +158,14 @@ static void handle_metrics(struct srv *s, struct http_req *r)
 			    l, (double)st.prefix_queries);
 	api_metrics_counter(&b, API_M_PREFIX_HITS, "Prompt tokens found in the prefix cache.", l,
 			    (double)st.prefix_hits);
-	metrics_hist(&b, API_M_TTFT, "Time to first token.", l, &s->m.ttft);
+	/* TTFT, end-to-end and queue time count each prompt of a request, as
+	 * vLLM counts each engine request */
+	metrics_hist(&b, API_M_TTFT, "Time to first token, per prompt.", l, &s->m.ttft);
 	metrics_hist(&b, API_M_ITL, "Time between consecutive tokens of a choice.", l, &s->m.itl);
-	metrics_hist(&b, API_M_E2E, "Request latency, arrival to last byte queued.", l, &s->m.e2e);
-	metrics_hist(&b, API_M_QUEUE_TIME, "Time from submission to first scheduling.", l,
-		     &s->m.queue);
+	metrics_hist(&b, API_M_E2E, "Request latency per prompt, arrival to its last token.", l,
+		     &s->m.e2e);
+	metrics_hist(&b, API_M_QUEUE_TIME, "Time from submission to first scheduling, per prompt.",
+		     l, &s->m.queue);
 	struct http_header h[4];
 	int n = 0;
 	add_cors(s, r, h, &n);

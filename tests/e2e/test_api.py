@@ -367,6 +367,15 @@ class Basics(unittest.TestCase):
                      "aorta:request_queue_time_seconds_bucket"):
             self.assertIn(name, text)
         self.assertGreater(SRV.metric("aorta:generation_tokens_total"), 0)
+        # TTFT, end-to-end and queue time each count a prompt, as vLLM counts
+        # an engine request: a request of 2 prompts adds 2 to each
+        names = ("aorta:time_to_first_token_seconds_count",
+                 "aorta:e2e_request_latency_seconds_count",
+                 "aorta:request_queue_time_seconds_count")
+        before = [SRV.metric(n) for n in names]
+        st, body = SRV.post("/v1/completions", completion(prompt=["one", "two"], max_tokens=2))
+        self.assertEqual(st, 200, body)
+        self.assertEqual([SRV.metric(n) - b for n, b in zip(names, before)], [2, 2, 2])
 
 
 class Auth(unittest.TestCase):

@@ -650,7 +650,10 @@ static void close_all(struct srv *s)
 		http_server_destroy(s->http);
 		s->http = NULL;
 	}
-	uv_close((uv_handle_t *)&s->wake, NULL);
+	/* the batcher thread may still wake the loop (uv_async_send on a closed
+	 * handle aborts): the handle stays open, out of the loop's count, until
+	 * srv_run has stopped that thread */
+	uv_unref((uv_handle_t *)&s->wake);
 	uv_close((uv_handle_t *)&s->sigint, NULL);
 	uv_close((uv_handle_t *)&s->sigterm, NULL);
 	uv_close((uv_handle_t *)&s->drain_timer, NULL);
@@ -823,6 +826,10 @@ int srv_run(const struct srv_config *cfg)
 			close_all(s);
 		uv_run(&loop, UV_RUN_DEFAULT);
 	}
+	bat_destroy(s->bat); /* joins the engine thread: nothing wakes the loop after it */
+	s->bat = NULL;
+	uv_close((uv_handle_t *)&s->wake, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&loop);
 	if (rc)
 		log_warn("serve", "event loop closed with handles open: %s", uv_strerror(rc));

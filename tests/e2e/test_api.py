@@ -578,6 +578,34 @@ class Shutdown(unittest.TestCase):
         self.assertEqual(srv.proc.wait(30), 0)
         self.assertEqual(srv.stop(), 0)
 
+    def test_drain_timeout_cancels_and_exits_cleanly(self):
+        # the drain ends with requests still running and queued: they are
+        # cancelled while the engine thread is busy with them; the process
+        # must still exit 0 (it aborted in libuv: a wake of a closed handle)
+        for timeout in ("1", "0"):
+            srv = Server(MODEL, "--max-model-len", "2048", "--max-num-seqs", "1",
+                         "--shutdown-timeout", timeout)
+            body = json.dumps(completion(max_tokens=2000, ignore_eos=True)).encode()
+            socks = []
+            for _ in range(6):
+                c = socket.create_connection(("127.0.0.1", srv.port))
+                c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: " +
+                          str(len(body)).encode() + b"\r\n\r\n" + body)
+                socks.append(c)
+            for _ in range(300):
+                if srv.metric("aorta:num_requests_running") > 0:
+                    break
+                time.sleep(0.01)
+            srv.proc.send_signal(signal.SIGTERM)
+            rc = srv.proc.wait(60)
+            for c in socks:
+                c.close()
+            log = srv.logtext()
+            self.assertEqual(rc, 0, log[-2000:])
+            self.assertIn("cancelling", log, log[-2000:])
+            self.assertEqual(srv.stop(), 0)
+
     def test_bad_model_exits_nonzero(self):
         bad = os.path.join(TMP.name, "bad.gguf")
         with open(bad, "wb") as f:

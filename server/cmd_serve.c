@@ -54,7 +54,9 @@ int cmd_serve(int argc, char **argv)
 		{ "quantization", CLI_STR, &c.quantization, "none|int8|fp8",
 		  "convert 16-bit weights at load (default none)" },
 		{ "chat-template", CLI_STR, &c.chat_template, "FILE",
-		  "chat template to use instead of the model's" },
+		  "chat template to use instead of the model's: a template of a family "
+		  "aorta renders (llama3, llama2, mistral, gemma, gemma2, qwen3, chatml; "
+		  "no Jinja interpreter), else start-up fails" },
 		{ "max-queued-requests", CLI_INT, &c.max_queued_requests, "N",
 		  "waiting requests before 429 (default 1024)" },
 		{ "max-request-bytes", CLI_BYTES, &c.max_request_bytes, "BYTES",

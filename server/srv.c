@@ -758,6 +758,24 @@ static struct srv *srv_new(const struct srv_config *cfg)
 		srv_free(s);
 		return NULL;
 	}
+	if (cfg->chat_template) {
+		/* asked for by name: serve it or say why not, never a silent
+		 * stand-in (the family comes from the text alone) */
+		struct api_chat_template t;
+		const bool empty = !s->template_text[strspn(s->template_text, " \t\r\n")];
+		if (empty || api_chat_template_init(&t, s->template_text, NULL, NULL, NULL) ||
+		    t.is_fallback) {
+			fprintf(stderr,
+				"aorta serve: --chat-template %s: %s; aorta renders the llama3, "
+				"llama2, mistral, gemma, gemma2, qwen3 and chatml families (it "
+				"has no Jinja interpreter)\n",
+				cfg->chat_template,
+				empty ? "empty (or not a regular file)"
+				      : "not a template of a family aorta renders");
+			srv_free(s);
+			return NULL;
+		}
+	}
 	return s;
 }
 

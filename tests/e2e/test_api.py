@@ -613,6 +613,36 @@ class Shutdown(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             Server(bad)
 
+    def test_chat_template_it_cannot_render_refuses_to_start(self):
+        # no Jinja interpreter: a template of no known family, an empty file
+        # or a directory must stop start-up, not fall back to another format
+        jinja = os.path.join(TMP.name, "custom.jinja")
+        with open(jinja, "w") as f:
+            f.write("{% for m in messages %}[{{ m['role'] | upper }}]: {{ m['content'] | trim }}"
+                    "\n{% endfor %}")
+        empty = os.path.join(TMP.name, "empty.jinja")
+        open(empty, "w").close()
+        for path, why in ((jinja, "not a template of a family"), (empty, "empty"),
+                          (TMP.name, "empty")):
+            p = subprocess.run([AORTA, "serve", "--model", MODEL, "--port", "0",
+                                "--chat-template", path],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("--chat-template", p.stderr)
+            self.assertIn(why, p.stderr)
+        # a ChatML template of its own is served as ChatML
+        chatml = os.path.join(TMP.name, "chatml.jinja")
+        with open(chatml, "w") as f:
+            f.write("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>"
+                    "assistant\n{% endif %}")
+        srv = Server(MODEL, "--chat-template", chatml)
+        try:
+            self.assertEqual(srv.post("/v1/chat/completions", chat(max_tokens=2))[0], 200)
+            self.assertIn("chat template: chatml", srv.logtext())
+        finally:
+            self.assertEqual(srv.stop(), 0)
+
     def test_device_cuda_without_a_gpu_refuses_clearly(self):
         # where a GPU is visible this is the CUDA engine's job (tests/gpu/run.sh)
         if shutil.which("nvidia-smi") and subprocess.run(

@@ -572,6 +572,14 @@ static void start_stream(struct srv_session *x)
 	x->st.meta.model = s->model_name;
 	http_stream_start(x->r, 200, "text/event-stream", NULL, 0);
 	x->stream_started = true;
+	if (x->chat) {
+		/* each choice opens with a role-only delta ("content": ""), as
+		 * OpenAI and vLLM send it, before any text */
+		buf_clear(&x->out);
+		for (int i = 0; i < x->n_choices; i++)
+			api_stream_delta(&x->st, &x->out, i, "", 0, NULL);
+		stream_flush(x);
+	}
 	if (x->echo) {
 		buf_clear(&x->out);
 		for (int i = 0; i < x->n_choices; i++) {

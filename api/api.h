@@ -174,6 +174,7 @@ struct api_chat_req {
 	int top_logprobs; /* 0..20, only with logprobs */
 	/* default true: BOS added where the chat template does not emit it */
 	bool add_special_tokens;
+	bool add_generation_prompt; /* default true (vLLM's field) */
 	char *user;
 	struct api_sampling s;
 };

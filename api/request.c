@@ -344,6 +344,46 @@ static int parse_common(struct api__jp *p, const cJSON *root, char **model, bool
 	return 0;
 }
 
+/* Fields vLLM reads that we do not implement: refused (400) rather than
+ * silently ignored, where their value asks for something. */
+static int refuse_unimplemented(struct api__jp *p, const cJSON *root, int n)
+{
+	static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice",
+					     "guided_grammar", "structured_outputs"};
+	int rc;
+	int64_t v;
+	bool has = false, on = false;
+	if ((rc = get_int_in(p, root, "best_of", 1, API_MAX_N_HARD, &has, &v)))
+		return rc;
+	if (has && v < n)
+		return api__bad(p, "best_of", "'best_of' (%lld) must be at least 'n' (%d)",
+				(long long)v, n);
+	if (has && v > n)
+		return api__bad_code(p, ERR_UNSUPPORTED, "best_of",
+				     "'best_of' larger than 'n' is not supported");
+	if ((rc = get_bool(p, root, "use_beam_search", "use_beam_search", NULL, &on)))
+		return rc;
+	if (on)
+		return api__bad_code(p, ERR_UNSUPPORTED, "use_beam_search",
+				     "beam search is not supported");
+	on = false;
+	if ((rc = get_bool(p, root, "include_stop_str_in_output", "include_stop_str_in_output",
+			   NULL, &on)))
+		return rc;
+	if (on)
+		return api__bad_code(p, ERR_UNSUPPORTED, "include_stop_str_in_output",
+				     "'include_stop_str_in_output' is not supported");
+	for (size_t i = 0; i < sizeof guided / sizeof *guided; i++) {
+		const cJSON *g;
+		if ((rc = api__member(p, root, guided[i], guided[i], &g)))
+			return rc;
+		if (g && !cJSON_IsNull(g))
+			return api__bad_code(p, ERR_UNSUPPORTED, guided[i],
+					     "'%s' (structured output) is not supported", guided[i]);
+	}
+	return 0;
+}
+
 static int check_min_tokens(struct api__jp *p, const struct api_sampling *s, bool has_max,
 			    int32_t max_tokens)
 {
@@ -426,7 +466,8 @@ static int completion_body(struct api__jp *p, const cJSON *root, struct api_comp
 	if ((rc = parse_common(p, root, &r->model, &r->stream, &r->include_usage, &r->n,
 			       &r->user)) ||
 	    (rc = parse_prompt(p, root, r)) || (rc = parse_sampling(p, root, &r->s)) ||
-	    (rc = get_bool(p, root, "echo", "echo", NULL, &r->echo)))
+	    (rc = get_bool(p, root, "echo", "echo", NULL, &r->echo)) ||
+	    (rc = refuse_unimplemented(p, root, r->n)))
 		return rc;
 	r->add_special_tokens = true;
 	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
@@ -596,7 +637,7 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 	if ((rc = parse_common(p, root, &r->model, &r->stream, &r->include_usage, &r->n,
 			       &r->user)) ||
 	    (rc = parse_messages(p, root, &r->msgs, &r->n_msgs)) ||
-	    (rc = parse_sampling(p, root, &r->s)))
+	    (rc = parse_sampling(p, root, &r->s)) || (rc = refuse_unimplemented(p, root, r->n)))
 		return rc;
 	r->add_special_tokens = true;
 	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
@@ -607,6 +648,27 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 		return rc;
 	if (tools && !(cJSON_IsArray(tools) && !tools->child))
 		return api__bad_code(p, ERR_UNSUPPORTED, "tools", "tools are not supported");
+	/* with no tools, only "none" (or "auto", which then means none) makes
+	 * sense; OpenAI refuses a tool_choice that needs tools */
+	const cJSON *tc;
+	if ((rc = api__member(p, root, "tool_choice", "tool_choice", &tc)))
+		return rc;
+	if (tc && !cJSON_IsNull(tc) &&
+	    !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") ||
+				     !strcmp(tc->valuestring, "auto"))))
+		return api__bad(p, "tool_choice",
+				"'tool_choice' other than \"none\" or \"auto\" needs 'tools', "
+				"which are not supported");
+	r->add_generation_prompt = true;
+	bool cont = false;
+	if ((rc = get_bool(p, root, "add_generation_prompt", "add_generation_prompt", NULL,
+			   &r->add_generation_prompt)) ||
+	    (rc = get_bool(p, root, "continue_final_message", "continue_final_message", NULL,
+			   &cont)))
+		return rc;
+	if (cont)
+		return api__bad_code(p, ERR_UNSUPPORTED, "continue_final_message",
+				     "'continue_final_message' is not supported");
 	/* Structured output would be silently ignored; say so instead. */
 	const cJSON *rf, *rft;
 	if ((rc = api__member(p, root, "response_format", "response_format", &rf)))

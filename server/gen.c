@@ -754,8 +754,8 @@ void gen_handle_chat(struct srv *s, struct http_req *r)
 	}
 	x->parsed = true;
 	bool has_bos = false;
-	if (api_chat_render(&s->tmpl, x->chreq.msgs, x->chreq.n_msgs, true, &x->chat_text, &has_bos,
-			    &e)) {
+	if (api_chat_render(&s->tmpl, x->chreq.msgs, x->chreq.n_msgs,
+			    x->chreq.add_generation_prompt, &x->chat_text, &has_bos, &e)) {
 		early_error(x, &e);
 		return;
 	}

@@ -256,6 +256,12 @@ class Basics(unittest.TestCase):
         self.assertEqual(len(tk["token_strs"]), tk["count"])
         self.assertTrue(all(isinstance(t, str) and t for t in tk["token_strs"]), tk)
         self.assertIsNone(SRV.post("/tokenize", {"prompt": "Hello"})[1]["token_strs"])
+        # add_generation_prompt: the same on /tokenize and chat
+        for agp in (True, False):
+            st, tk = SRV.post("/tokenize", {"messages": msgs, "add_generation_prompt": agp})
+            st, ch = SRV.post("/v1/chat/completions", chat(max_tokens=1, add_generation_prompt=agp))
+            self.assertEqual(st, 200, ch)
+            self.assertEqual(ch["usage"]["prompt_tokens"], tk["count"], agp)
         st, tk = SRV.post("/tokenize", {"messages": msgs})
         self.assertEqual(SRV.post("/v1/chat/completions", chat(max_tokens=1))[1]["usage"]
                          ["prompt_tokens"], tk["count"])
@@ -278,6 +284,27 @@ class Basics(unittest.TestCase):
         self.assert_error(*SRV.post("/v1/completions", b'{"prompt": "\xff\xfe"}'), 400)
         self.assert_error(*SRV.post("/v1/completions", "[" * 100000 + "]" * 100000), 413)
         self.assert_error(*SRV.post("/v1/completions", "[" * 5000 + "]" * 5000), 400)
+
+    def test_unimplemented_fields_are_refused_not_ignored(self):
+        for body, param in ((completion(best_of=3), "best_of"),
+                            (completion(best_of=1, n=2, temperature=1.0), "best_of"),
+                            (completion(use_beam_search=True), "use_beam_search"),
+                            (completion(include_stop_str_in_output=True, stop=["x"]),
+                             "include_stop_str_in_output"),
+                            (completion(guided_json={"type": "object"}), "guided_json"),
+                            (chat(guided_choice=["a", "b"]), "guided_choice"),
+                            (chat(tool_choice="required"), "tool_choice"),
+                            (chat(continue_final_message=True), "continue_final_message")):
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            self.assert_error(*SRV.post(path, body), 400, param)
+        # values that ask for nothing we lack are fine
+        for path, body in (("/v1/completions", completion(best_of=2, n=2, temperature=1.0)),
+                           ("/v1/completions", completion(use_beam_search=False,
+                                                          guided_json=None)),
+                           ("/v1/chat/completions", chat(tool_choice="none")),
+                           ("/v1/chat/completions", chat(tool_choice="auto", tools=[]))):
+            st, got = SRV.post(path, body)
+            self.assertEqual(st, 200, got)
 
     def test_context_overflow(self):
         st, body = SRV.post("/v1/completions", completion(max_tokens=100000))

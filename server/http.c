@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,6 +442,35 @@ static void mhd_drive(struct http_server *s)
 	uv_timer_start(&s->timer, on_timer, wait, 0);
 }
 
+/* A host name ("localhost") to the first address it resolves to, as uvicorn
+ * binds one; flags gains MHD_USE_IPv6 for an IPv6 one. */
+static int resolve_host(const char *host, int port, struct sockaddr_storage *ss, unsigned *flags)
+{
+	struct addrinfo hints, *res = NULL;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	if (getaddrinfo(host, NULL, &hints, &res) || !res)
+		return -1;
+	int rc = -1;
+	for (struct addrinfo *a = res; a && rc; a = a->ai_next) {
+		if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+			continue;
+		memset(ss, 0, sizeof *ss);
+		memcpy(ss, a->ai_addr, a->ai_addrlen);
+		if (a->ai_family == AF_INET) {
+			((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+		} else {
+			((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+			*flags |= MHD_USE_IPv6;
+		}
+		rc = 0;
+	}
+	freeaddrinfo(res);
+	return rc;
+}
+
 int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct http_handler *h,
 		       struct http_server **out, char *err, size_t err_len)
 {
@@ -473,8 +503,10 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 		a6->sin6_family = AF_INET6;
 		a6->sin6_port = htons((uint16_t)o->port);
 		flags |= MHD_USE_IPv6;
-	} else {
-		snprintf(err, err_len, "--host '%s' is not an IPv4 or IPv6 address", o->host);
+	} else if (resolve_host(o->host, o->port, &ss, &flags)) {
+		snprintf(err, err_len,
+			 "--host '%s' is neither an IPv4 or IPv6 address nor a name that resolves "
+			 "to one", o->host);
 		free(s->too_large_body);
 		free(s);
 		return -1;

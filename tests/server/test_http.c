@@ -245,6 +245,27 @@ START_TEST(test_client_hangs_up_mid_stream)
 }
 END_TEST
 
+/* --host takes a name too ("localhost"), as uvicorn does: bound to what it
+ * resolves to. */
+START_TEST(test_host_name)
+{
+	uv_loop_t loop;
+	uv_loop_init(&loop);
+	static const char body[] = "{}";
+	struct http_opts o = { .host = "localhost", .port = 0, .max_body_bytes = 1024,
+			       .max_connections = 4, .connection_timeout_s = 5,
+			       .body_too_large_json = body, .body_too_large_len = 2 };
+	struct http_handler hd = { .ud = NULL, .on_request = on_request, .on_close = on_close };
+	struct http_server *srv = NULL;
+	char err[256];
+	ck_assert_msg(http_server_create(&loop, &o, &hd, &srv, err, sizeof err) == 0, "%s", err);
+	ck_assert_int_gt(http_server_port(srv), 0);
+	http_server_destroy(srv);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("http");
@@ -257,6 +278,9 @@ int main(void)
 	tcase_add_test(tc, test_too_large);
 	tcase_add_test(tc, test_client_hangs_up_mid_stream);
 	suite_add_tcase(s, tc);
+	TCase *tn = tcase_create("names");
+	tcase_add_test(tn, test_host_name);
+	suite_add_tcase(s, tn);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

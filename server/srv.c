@@ -359,8 +359,10 @@ static void on_request(void *ud, struct http_req *r)
 		struct buf b;
 		buf_init(&b);
 		api_render_error(&b, &e);
-		struct http_header h[] = { { "Allow", allow } };
-		http_respond(r, 405, "application/json", b.data, b.len, h, 1);
+		struct http_header h[4] = { { "Allow", allow } };
+		int n = 1;
+		add_cors(s, r, h, &n); /* a browser must be able to read this error too */
+		http_respond(r, 405, "application/json", b.data, b.len, h, n);
 		buf_deinit(&b);
 		return;
 	}

@@ -449,6 +449,14 @@ class Cors(unittest.TestCase):
                                                "Access-Control-Request-Method": "POST"}, raw=True)
             self.assertEqual(st, 204)
             self.assertIn("POST", resp.getheader("Access-Control-Allow-Methods"))
+            # errors carry the header too, 405 included
+            for method, path, want in (("GET", "/v1/completions", 405), ("GET", "/nope", 404),
+                                       ("POST", "/v1/completions", 400)):
+                st, _, resp = srv.request(method, path, body=b"{" if method == "POST" else None,
+                                          headers={"Origin": "http://a.example"}, raw=True)
+                self.assertEqual(st, want)
+                self.assertEqual(resp.getheader("Access-Control-Allow-Origin"),
+                                 "http://a.example", (method, path))
         finally:
             self.assertEqual(srv.stop(), 0)
 

@@ -87,8 +87,9 @@ int sampling_params_validate(const struct sampling_params *p, int vocab, struct 
 		return diag_set(d, ERR_RANGE, "top_k must be -1 or 0 (disabled) or >= 1");
 	if (!in_range(p->min_p, 0.0f, 1.0f))
 		return diag_set(d, ERR_RANGE, "min_p must be in [0, 1]");
-	if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 2.0f))
-		return diag_set(d, ERR_RANGE, "repetition_penalty must be in (0, 2]");
+	/* vLLM takes any repetition_penalty > 0; the API caps it at 1e6 */
+	if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 1e6f))
+		return diag_set(d, ERR_RANGE, "repetition_penalty must be in (0, 1e6]");
 	if (!in_range(p->presence_penalty, -2.0f, 2.0f))
 		return diag_set(d, ERR_RANGE, "presence_penalty must be in [-2, 2]");
 	if (!in_range(p->frequency_penalty, -2.0f, 2.0f))

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
 #define WATCHDOG_MS 1000
@@ -739,6 +740,12 @@ static struct srv *srv_new(const struct srv_config *cfg)
 	s->id_instance = id_instance();
 	s->next_bat_id = 1;
 	api_limits_default(&s->limits);
+	/* the engine's own limits, so that a request past them gets the API's
+	 * 400 naming the field rather than the engine's later one */
+	if (s->limits.max_stop > SAMPLER_MAX_STOP)
+		s->limits.max_stop = SAMPLER_MAX_STOP;
+	if (s->limits.max_stop_len > SAMPLER_MAX_STOP_BYTES)
+		s->limits.max_stop_len = SAMPLER_MAX_STOP_BYTES;
 	/* vLLM's default: the --model argument as given */
 	const char *name = cfg->served_model_name ? cfg->served_model_name : cfg->model;
 	snprintf(s->model_name, sizeof s->model_name, "%s", name);

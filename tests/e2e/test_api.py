@@ -297,6 +297,10 @@ class Basics(unittest.TestCase):
                             (chat(continue_final_message=True), "continue_final_message")):
             path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
             self.assert_error(*SRV.post(path, body), 400, param)
+        # the engine's limits are the API's: a 400 that names the field
+        self.assert_error(*SRV.post("/v1/completions", completion(stop=["x" * 300])), 400,
+                          "stop[0]")
+        self.assertEqual(SRV.post("/v1/completions", completion(repetition_penalty=2.5))[0], 200)
         # values that ask for nothing we lack are fine
         for path, body in (("/v1/completions", completion(best_of=2, n=2, temperature=1.0)),
                            ("/v1/completions", completion(use_beam_search=False,

@@ -805,7 +805,7 @@ START_TEST(test_validate)
 	q = p; q.top_k = -2; expect_range(&q, "top_k");
 	q = p; q.min_p = 1.5f; expect_range(&q, "min_p");
 	q = p; q.repetition_penalty = 0; expect_range(&q, "repetition_penalty");
-	q = p; q.repetition_penalty = 2.5f; expect_range(&q, "repetition_penalty");
+	q = p; q.repetition_penalty = 2e6f; expect_range(&q, "repetition_penalty");
 	q = p; q.presence_penalty = -2.5f; expect_range(&q, "presence_penalty");
 	q = p; q.frequency_penalty = 2.5f; expect_range(&q, "frequency_penalty");
 	q = p; q.logprobs = 21; expect_range(&q, "logprobs");

@@ -137,6 +137,15 @@ int api_metrics_counter(struct buf *out, const char *name, const char *help, con
 	return sample(out, name, "", labels, NULL, v);
 }
 
+int api_metrics_counter_series(struct buf *out, const char *name, const char *help,
+			       const char *const *labels, const double *values, size_t n)
+{
+	TRY(header(out, name, help, "counter"));
+	for (size_t i = 0; i < n; i++)
+		TRY(sample(out, name, "", labels[i], NULL, values[i]));
+	return 0;
+}
+
 int api_metrics_gauge(struct buf *out, const char *name, const char *help, const char *labels,
 		      double v)
 {

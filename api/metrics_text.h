@@ -30,6 +30,7 @@
 #define API_M_ITL "aorta:inter_token_latency_seconds"
 #define API_M_E2E "aorta:e2e_request_latency_seconds"
 #define API_M_QUEUE_TIME "aorta:request_queue_time_seconds"
+#define API_M_REQUEST_SUCCESS "aorta:request_success_total"
 
 /* Upper bounds (seconds) suited to each latency histogram; read-only. */
 const double *api_metrics_buckets_ttft(size_t *n);    /* 1 ms .. 80 s */
@@ -44,6 +45,10 @@ int api_metrics_counter(struct buf *out, const char *name, const char *help, con
 			double value);
 int api_metrics_gauge(struct buf *out, const char *name, const char *help, const char *labels,
 		      double value);
+/* One counter with n samples, one per label set (labels[i], value[i]): a
+ * single # HELP / # TYPE, as the format requires. */
+int api_metrics_counter_series(struct buf *out, const char *name, const char *help,
+			       const char *const *labels, const double *values, size_t n);
 /* bucket_counts: n_bounds + 1 per-bucket (not cumulative) counts, the last
  * one for values above every bound; bounds ascending. _count is their sum. */
 int api_metrics_histogram(struct buf *out, const char *name, const char *help, const char *labels,

@@ -397,6 +397,8 @@ static void on_event(struct srv *s, struct bat_event *ev)
 	case BAT_EV_FINISH:
 		if (!c)
 			break;
+		if (ev->finish > FINISH_NONE && ev->finish < FINISH__COUNT)
+			s->m.finished[ev->finish]++;
 		c->finish = finish_reason_str(ev->finish);
 		if (x->stream_started && x->r && !x->failed) {
 			buf_clear(&x->out);

@@ -167,6 +167,25 @@ static void handle_metrics(struct srv *s, struct http_req *r)
 		     &s->m.e2e);
 	metrics_hist(&b, API_M_QUEUE_TIME, "Time from submission to first scheduling, per prompt.",
 		     l, &s->m.queue);
+	/* vLLM's request_success_total{finished_reason}: each choice, as vLLM V1
+	 * counts each sequence of an n > 1 request */
+	static const enum finish_reason reasons[] = { FINISH_STOP, FINISH_LENGTH, FINISH_ABORT,
+						      FINISH_ERROR };
+	struct buf rl[4];
+	const char *rls[4];
+	double rv[4];
+	for (int i = 0; i < 4; i++) {
+		const char *rk[] = { "model_name", "finished_reason" };
+		const char *rvs[] = { s->model_name, finish_reason_str(reasons[i]) };
+		buf_init(&rl[i]);
+		api_metrics_labels(&rl[i], rk, rvs, 2);
+		rls[i] = rl[i].data;
+		rv[i] = (double)s->m.finished[reasons[i]];
+	}
+	api_metrics_counter_series(&b, API_M_REQUEST_SUCCESS, "Finished choices by finish reason.",
+				   rls, rv, 4);
+	for (int i = 0; i < 4; i++)
+		buf_deinit(&rl[i]);
 	struct http_header h[4];
 	int n = 0;
 	add_cors(s, r, h, &n);

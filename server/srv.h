@@ -24,6 +24,7 @@
 #include "api/chat_template.h"
 #include "common/buf.h"
 #include "common/histogram.h"
+#include "engine/finish.h"
 #include "config.h"
 #include "http.h"
 
@@ -36,6 +37,7 @@ struct srv_session;
 struct srv_metrics {
 	uint64_t prompt_tokens, generation_tokens;
 	uint64_t requests_ok, requests_error;
+	uint64_t finished[FINISH__COUNT]; /* choices by finish reason */
 	struct histogram ttft, itl, e2e, queue;
 };
 

@@ -50,6 +50,23 @@ START_TEST(test_counter_gauge)
 }
 END_TEST
 
+START_TEST(test_counter_series)
+{
+	struct buf b;
+	buf_init(&b);
+	const char *labels[] = { "finished_reason=\"stop\"", "finished_reason=\"length\"" };
+	const double v[] = { 3, 0 };
+	ck_assert_int_eq(api_metrics_counter_series(&b, API_M_REQUEST_SUCCESS, "Finished.", labels,
+						    v, 2),
+			 0);
+	ck_assert_str_eq(b.data, "# HELP aorta:request_success_total Finished.\n"
+				 "# TYPE aorta:request_success_total counter\n"
+				 "aorta:request_success_total{finished_reason=\"stop\"} 3\n"
+				 "aorta:request_success_total{finished_reason=\"length\"} 0\n");
+	buf_deinit(&b);
+}
+END_TEST
+
 START_TEST(test_histogram_text)
 {
 	struct buf b;
@@ -140,6 +157,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_counter_gauge);
 	tcase_add_test(tc, test_histogram_text);
+	tcase_add_test(tc, test_counter_series);
 	tcase_add_test(tc, test_histogram_concurrent);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

@@ -73,7 +73,7 @@ export function serverMetrics() {
 	const out = {};
 	for (const [macro, name] of Object.entries(byMacro)) {
 		if (new RegExp(`api_metrics_gauge\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "gauge";
-		else if (new RegExp(`api_metrics_counter\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "counter";
+		else if (new RegExp(`api_metrics_counter(_series)?\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "counter";
 		else if (new RegExp(`metrics_hist\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "histogram";
 		else throw new Error(`${macro} (${name}) is not emitted by server/srv.c`);
 	}

@@ -110,10 +110,11 @@ class Server:
         assert buf == b"", buf
         return 200, events
 
-    def metric(self, name):
+    def metric(self, name, having=""):
+        """The first sample of name (whose labels contain having, if given)."""
         st, text = self.request("GET", "/metrics", raw=True)[:2]
         for line in text.decode().splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
+            if (line.startswith(name + "{") or line.startswith(name + " ")) and having in line:
                 return float(line.rsplit(" ", 1)[1])
         raise KeyError(name)
 

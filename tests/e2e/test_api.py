@@ -345,6 +345,7 @@ class Basics(unittest.TestCase):
         # the connection is parked (no bytes go out until the whole answer),
         # so only the socket check can see the client go
         gen0 = SRV.metric("aorta:generation_tokens_total")
+        abort0 = SRV.metric("aorta:request_success_total", 'finished_reason="abort"')
         s = socket.create_connection(("127.0.0.1", SRV.port))
         body = json.dumps(completion(max_tokens=480, ignore_eos=True, n=16, temperature=1.0,
                                      seed=3)).encode()
@@ -364,6 +365,12 @@ class Basics(unittest.TestCase):
         made = SRV.metric("aorta:generation_tokens_total") - gen0
         print(f"disconnected non-streaming request: {made:.0f} of {16 * 480} tokens made")
         self.assertLess(made, 16 * 480)
+        for _ in range(100):  # the choices report back as aborted
+            if SRV.metric("aorta:request_success_total", 'finished_reason="abort"') > abort0:
+                break
+            time.sleep(0.02)
+        self.assertGreater(SRV.metric("aorta:request_success_total", 'finished_reason="abort"'),
+                           abort0)
         st, good = SRV.post("/v1/completions", completion(max_tokens=2))
         self.assertEqual(st, 200, good)
 
@@ -401,6 +408,14 @@ class Basics(unittest.TestCase):
                      "aorta:request_queue_time_seconds_bucket"):
             self.assertIn(name, text)
         self.assertGreater(SRV.metric("aorta:generation_tokens_total"), 0)
+        # request_success_total{finished_reason}: one per finished choice
+        fin = "aorta:request_success_total"
+        before = [SRV.metric(fin, f'finished_reason="{r}"') for r in ("stop", "length", "abort")]
+        st, body = SRV.post("/v1/completions", completion(max_tokens=2, ignore_eos=True, n=2,
+                                                          temperature=1.0))
+        self.assertEqual(st, 200, body)
+        after = [SRV.metric(fin, f'finished_reason="{r}"') for r in ("stop", "length", "abort")]
+        self.assertEqual([a - b for a, b in zip(after, before)], [0, 2, 0])
         # TTFT, end-to-end and queue time each count a prompt, as vLLM counts
         # an engine request: a request of 2 prompts adds 2 to each
         names = ("aorta:time_to_first_token_seconds_count",

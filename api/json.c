@@ -118,6 +118,11 @@ int api__prescan(const char *body, size_t len, int max_depth, struct api_error *
 			continue;
 		}
 		if (in_str) {
+			if (c < 0x20) /* RFC 8259: escaped, never raw, in a string */
+				return api__bad_code(&p, ERR_FORMAT, NULL,
+						     "invalid JSON: unescaped control character "
+						     "0x%02x in a string (offset %zu)",
+						     c, i);
 			if (c == '"') {
 				in_str = false;
 			} else if (c == '\\' && i + 1 < len) {

@@ -281,6 +281,11 @@ START_TEST(test_json_hygiene)
 	/* escaped NUL and unpaired surrogate escapes */
 	expect_bad_c("{\"prompt\":\"a\\u0000b\"}", "", "\\u0000");
 	expect_bad_c("{\"prompt\":\"\\ud800\"}", "", "invalid JSON");
+	/* raw control characters in a string (RFC 8259: escaped only); between
+	 * tokens they are whitespace or invalid, as cJSON decides */
+	expect_bad_c("{\"prompt\":\"a\x01b\"}", "", "control character");
+	expect_bad_c("{\"prompt\":\"a\nb\"}", "", "control character");
+	expect_bad_c("{\"prompt\":\"a\tb\"}", "", "control character");
 	/* an escaped backslash before u0000 is just text */
 	struct api_completion_req r;
 	struct api_error e;

@@ -17,6 +17,10 @@ struct api__jp {
 	const struct api_limits *lim;
 	struct arena *a;
 	struct api_error *err;
+	/* the top-level "seed" as written, when it is an integer literal in
+	 * int64 range: cJSON keeps numbers as doubles, exact only to 2^53 */
+	bool has_seed_text;
+	int64_t seed_text;
 };
 
 /* 400 invalid_request_error naming param; returns ERR_INVAL. */
@@ -28,10 +32,9 @@ int api__bad_code(struct api__jp *p, int err, const char *param, const char *fmt
 
 /* Check body bytes (UTF-8, no NUL / "\u0000", depth), parse, require an
  * object. *root is freed by the caller with cJSON_Delete. */
-int api__parse_root(const char *body, size_t len, const struct api_limits *lim,
-		    struct api_error *err, cJSON **root);
-/* The UTF-8 / depth scan alone (exposed for tests of the helper). */
-int api__prescan(const char *body, size_t len, int max_depth, struct api_error *err);
+int api__parse_root(struct api__jp *p, const char *body, size_t len, cJSON **root);
+/* The UTF-8 / depth scan alone, which also reads the exact "seed" into p. */
+int api__prescan(struct api__jp *p, const char *body, size_t len, int max_depth);
 /* Is s[0..len) valid UTF-8 (no surrogates, no overlongs, <= U+10FFFF)? */
 bool api__utf8_valid(const char *s, size_t len);
 

@@ -4,6 +4,7 @@
  * name the field on error, and JSON string / number writers that always emit
  * valid JSON. Tests: tests/api/test_api_parse.c, tests/api/test_api_render.c.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,13 +97,34 @@ bool api__utf8_valid(const char *s, size_t len)
 	return true;
 }
 
-int api__prescan(const char *body, size_t len, int max_depth, struct api_error *err)
+/* An integer literal at s[0..n) (no fraction or exponent) in int64 range. */
+static bool int_literal(const char *s, size_t n, int64_t *out)
 {
-	struct api__jp p = {.err = err};
+	size_t k = s[0] == '-' ? 1 : 0, d = k;
+	while (d < n && s[d] >= '0' && s[d] <= '9')
+		d++;
+	if (d == k || d - k > 19 || (d < n && (s[d] == '.' || s[d] == 'e' || s[d] == 'E')))
+		return false;
+	char tmp[24];
+	memcpy(tmp, s, d);
+	tmp[d] = '\0';
+	errno = 0;
+	long long v = strtoll(tmp, NULL, 10);
+	if (errno)
+		return false;
+	*out = (int64_t)v;
+	return true;
+}
+
+int api__prescan(struct api__jp *jp, const char *body, size_t len, int max_depth)
+{
+	struct api__jp p = {.err = jp->err};
 	const unsigned char *u = (const unsigned char *)body;
 	bool in_str = false;
 	int depth = 0;
-	size_t i = 0;
+	size_t i = 0, str_at = 0;
+	bool seed_key = false, seed_value = false; /* a top-level "seed" key; its value next */
+	jp->has_seed_text = false;
 	while (i < len) {
 		unsigned char c = u[i];
 		if (c == 0)
@@ -125,6 +147,8 @@ int api__prescan(const char *body, size_t len, int max_depth, struct api_error *
 						     c, i);
 			if (c == '"') {
 				in_str = false;
+				seed_key = depth == 1 && i - str_at == 5 &&
+					   !memcmp(body + str_at + 1, "seed", 4);
 			} else if (c == '\\' && i + 1 < len) {
 				/* cJSON would cut the string at an escaped NUL; refuse it
 				 * rather than act on a silently shortened value. */
@@ -134,8 +158,21 @@ int api__prescan(const char *body, size_t len, int max_depth, struct api_error *
 				i += 2;
 				continue;
 			}
+		} else if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+			/* whitespace keeps the key / value state */
+		} else if (c == ':' && depth == 1 && seed_key) {
+			seed_key = false;
+			seed_value = true;
+		} else if (seed_value) {
+			seed_value = false;
+			if ((c == '-' || (c >= '0' && c <= '9')) &&
+			    int_literal(body + i, len - i, &jp->seed_text))
+				jp->has_seed_text = true;
+			continue; /* look at c again as a token */
 		} else if (c == '"') {
 			in_str = true;
+			str_at = i;
+			seed_key = false;
 		} else if (c == '{' || c == '[') {
 			if (++depth > max_depth)
 				return api__bad_code(&p, ERR_FORMAT, NULL,
@@ -149,14 +186,15 @@ int api__prescan(const char *body, size_t len, int max_depth, struct api_error *
 	return 0;
 }
 
-int api__parse_root(const char *body, size_t len, const struct api_limits *lim,
-		    struct api_error *err, cJSON **root)
+int api__parse_root(struct api__jp *jp, const char *body, size_t len, cJSON **root)
 {
+	const struct api_limits *lim = jp->lim;
+	struct api_error *err = jp->err;
 	struct api__jp p = {.lim = lim, .err = err};
 	*root = NULL;
 	if (!body && len)
 		return api__bad_code(&p, ERR_INVAL, NULL, "no request body");
-	int rc = api__prescan(body, len, lim->max_depth, err);
+	int rc = api__prescan(jp, body, len, lim->max_depth);
 	if (rc)
 		return rc;
 	/* cJSON wants a NUL-terminated buffer it may read one byte past. */

@@ -289,8 +289,13 @@ static int parse_sampling(struct api__jp *p, const cJSON *root, struct api_sampl
 		s->has_top_k = true;
 		s->top_k = (int32_t)v;
 	}
-	if ((rc = get_int_in(p, root, "seed", INT64_MIN, INT64_MAX, &s->has_seed, &s->seed)))
+	if (p->has_seed_text) { /* exact past 2^53, where the double is not */
+		s->has_seed = true;
+		s->seed = p->seed_text;
+	} else if ((rc = get_int_in(p, root, "seed", INT64_MIN, INT64_MAX, &s->has_seed,
+				    &s->seed))) {
 		return rc;
+	}
 	if ((rc = get_bool(p, root, "ignore_eos", "ignore_eos", NULL, &s->ignore_eos)))
 		return rc;
 	has = false;
@@ -769,7 +774,7 @@ static int detokenize_body(struct api__jp *p, const cJSON *root, struct api_deto
 		arena_init(&out->arena, 0);                                               \
 		struct api__jp p = {.lim = lim, .a = &out->arena, .err = err};            \
 		cJSON *root;                                                              \
-		int rc = api__parse_root(body, len, lim, err, &root);                     \
+		int rc = api__parse_root(&p, body, len, &root);                           \
 		if (!rc) {                                                                \
 			rc = body_fn(&p, root, out);                                      \
 			cJSON_Delete(root);                                               \

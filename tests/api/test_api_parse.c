@@ -201,6 +201,27 @@ START_TEST(test_completion_validation)
 	expect_bad_c("{\"prompt\":\"x\",\"frequency_penalty\":-2.5}", "frequency_penalty", "[-2, 2]");
 	expect_bad_c("{\"prompt\":\"x\",\"seed\":1.5}", "seed", "integer");
 	expect_bad_c("{\"prompt\":\"x\",\"seed\":1e30}", "seed", "between");
+	expect_bad_c("{\"prompt\":\"x\",\"seed\":9223372036854775808}", "seed", "between");
+	expect_bad_c("{\"prompt\":\"x\",\"seed\":\"7\"}", "seed", "integer");
+	/* seeds past 2^53 are read exactly from the text (a double would merge
+	 * neighbours), INT64_MIN / INT64_MAX included */
+	static const struct {
+		const char *body;
+		int64_t want;
+	} exact[] = {
+		{ "{\"prompt\":\"x\",\"seed\":9007199254740993}", 9007199254740993LL },
+		{ "{\"seed\" : 9223372036854775807 ,\"prompt\":\"x\"}", INT64_MAX },
+		{ "{\"prompt\":\"x\",\"seed\":-9223372036854775808}", INT64_MIN },
+		{ "{\"prompt\":\"seed\",\"seed\":1152921504606846977}", 1152921504606846977LL },
+	};
+	for (size_t i = 0; i < sizeof exact / sizeof *exact; i++) {
+		struct api_completion_req r;
+		struct api_error e;
+		ck_assert_msg(parse_c(exact[i].body, &r, &e) == 0, "%s: %s", exact[i].body, e.message);
+		ck_assert(r.s.has_seed);
+		ck_assert_msg(r.s.seed == exact[i].want, "%s", exact[i].body);
+		api_completion_req_free(&r);
+	}
 	expect_bad_c("{\"prompt\":\"x\",\"echo\":1}", "echo", "boolean");
 	expect_bad_c("{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream", "boolean");
 	expect_bad_c("{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}",

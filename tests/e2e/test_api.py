@@ -122,6 +122,11 @@ class Basics(unittest.TestCase):
                                                         max_tokens=16))[1]["choices"][0]["text"]
                  for s in range(6)}
         self.assertGreater(len(texts), 1, "different seeds gave identical samples")
+        # seeds past 2^53 stay distinct (read exactly, not through a double),
+        # up to INT64_MAX
+        big = {SRV.post("/v1/completions", completion(temperature=1.0, seed=s, max_tokens=16))
+               [1]["choices"][0]["text"] for s in (2**62, 2**62 + 1, 2**62 + 2, 2**63 - 1)}
+        self.assertGreater(len(big), 1, "seeds past 2^53 collapsed")
 
     def test_stream_equals_nonstream(self):
         for kw in ({"temperature": 0}, {"temperature": 1.0, "seed": 7}):

@@ -353,6 +353,7 @@ static int parse_common(struct api__jp *p, const cJSON *root, char **model, bool
  * silently ignored, where their value asks for something. */
 static int refuse_unimplemented(struct api__jp *p, const cJSON *root, int n)
 {
+	static const char *const switches[] = {"use_beam_search", "include_stop_str_in_output"};
 	static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice",
 					     "guided_grammar", "structured_outputs"};
 	int rc;
@@ -366,18 +367,14 @@ static int refuse_unimplemented(struct api__jp *p, const cJSON *root, int n)
 	if (has && v > n)
 		return api__bad_code(p, ERR_UNSUPPORTED, "best_of",
 				     "'best_of' larger than 'n' is not supported");
-	if ((rc = get_bool(p, root, "use_beam_search", "use_beam_search", NULL, &on)))
-		return rc;
-	if (on)
-		return api__bad_code(p, ERR_UNSUPPORTED, "use_beam_search",
-				     "beam search is not supported");
-	on = false;
-	if ((rc = get_bool(p, root, "include_stop_str_in_output", "include_stop_str_in_output",
-			   NULL, &on)))
-		return rc;
-	if (on)
-		return api__bad_code(p, ERR_UNSUPPORTED, "include_stop_str_in_output",
-				     "'include_stop_str_in_output' is not supported");
+	for (size_t i = 0; i < sizeof switches / sizeof *switches; i++) {
+		on = false;
+		if ((rc = get_bool(p, root, switches[i], switches[i], NULL, &on)))
+			return rc;
+		if (on)
+			return api__bad_code(p, ERR_UNSUPPORTED, switches[i],
+					     "'%s' is not supported", switches[i]);
+	}
 	for (size_t i = 0; i < sizeof guided / sizeof *guided; i++) {
 		const cJSON *g;
 		if ((rc = api__member(p, root, guided[i], guided[i], &g)))

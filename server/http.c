@@ -132,11 +132,17 @@ static void req_resume(struct http_req *r)
 	}
 }
 
+static void on_peer_timer(uv_timer_t *t);
+
 static void req_suspend(struct http_req *r)
 {
 	if (!r->suspended) {
 		r->suspended = true;
 		MHD_suspend_connection(r->conn);
+		/* parked: its socket is watched until it is resumed (on_peer_timer) */
+		uv_timer_t *pt = &r->srv->peer_timer;
+		if (!uv_is_active((uv_handle_t *)pt))
+			uv_timer_start(pt, on_peer_timer, PEER_CHECK_MS, PEER_CHECK_MS);
 	}
 }
 
@@ -398,6 +404,7 @@ static void on_peer_timer(uv_timer_t *t)
 {
 	struct http_server *s = t->data;
 	bool any = false;
+	int parked = 0;
 	for (struct http_req *r = s->live; r; r = r->next) {
 		if (!r->suspended || !r->dispatched || r->pending || r->peer_gone)
 			continue;
@@ -405,8 +412,12 @@ static void on_peer_timer(uv_timer_t *t)
 			r->peer_gone = true;
 			req_resume(r);
 			any = true;
+		} else {
+			parked++;
 		}
 	}
+	if (!parked) /* an idle server is not woken: the next park restarts it */
+		uv_timer_stop(t);
 	if (any)
 		schedule_drive(s);
 }
@@ -442,8 +453,10 @@ static void mhd_drive(struct http_server *s)
 	uv_timer_start(&s->timer, on_timer, wait, 0);
 }
 
-/* A host name ("localhost") to the first address it resolves to, as uvicorn
- * binds one; flags gains MHD_USE_IPv6 for an IPv6 one. */
+/* --host to the address to bind: a numeric IPv4 / IPv6 address as it is
+ * (getaddrinfo parses those without a lookup), a name ("localhost") as the
+ * first address it resolves to, as uvicorn binds one; flags gains
+ * MHD_USE_IPv6 for an IPv6 address. */
 static int resolve_host(const char *host, int port, struct sockaddr_storage *ss, unsigned *flags)
 {
 	struct addrinfo hints, *res = NULL;
@@ -492,18 +505,8 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 	s->too_large_len = o->body_too_large_len;
 
 	struct sockaddr_storage ss;
-	memset(&ss, 0, sizeof ss);
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-	struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-	if (inet_pton(AF_INET, o->host, &a4->sin_addr) == 1) {
-		a4->sin_family = AF_INET;
-		a4->sin_port = htons((uint16_t)o->port);
-	} else if (inet_pton(AF_INET6, o->host, &a6->sin6_addr) == 1) {
-		a6->sin6_family = AF_INET6;
-		a6->sin6_port = htons((uint16_t)o->port);
-		flags |= MHD_USE_IPv6;
-	} else if (resolve_host(o->host, o->port, &ss, &flags)) {
+	if (resolve_host(o->host, o->port, &ss, &flags)) {
 		snprintf(err, err_len,
 			 "--host '%s' is neither an IPv4 or IPv6 address nor a name that resolves "
 			 "to one", o->host);
@@ -543,7 +546,6 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 	s->timer.data = s;
 	uv_timer_init(loop, &s->peer_timer);
 	s->peer_timer.data = s;
-	uv_timer_start(&s->peer_timer, on_peer_timer, PEER_CHECK_MS, PEER_CHECK_MS);
 	mhd_drive(s);
 	*out = s;
 	return 0;

@@ -5,7 +5,8 @@
  * activation rows. Integer dots use the sign trick with vpmaddubsw:
  * |w| (unsigned, up to 128) times x carrying w's sign (|x| <= 127), so the
  * int16 pair sums cannot saturate. No packed integer GEMM here: the integer
- * path uses dot tiles for every m. Tested in tests/engine/test_matmul.c. */
+ * path uses dot tiles for every m; activations are quantized here with
+ * quant.c's bits (test_quant_act_bits). Tested in tests/engine/test_matmul.c. */
 #include "matmul_impl.h"
 
 #if defined(__x86_64__)
@@ -340,6 +341,108 @@ T256 static void dot_i8_avx2(int nw, int nx, const int8_t *w, int64_t ldw, const
 			      n, isum + j0 * MM_TW);
 }
 
+/* ---- activation quantization ------------------------------------------------ */
+
+/* quant.c's q127 and absmax on 8 lanes: multiply, clamp (NaN -> -127:
+ * max/min return their second operand on NaN), round to nearest even with
+ * the 1.5 * 2^23 trick. Same IEEE operations, same bits; max is exact, so
+ * the lane order of the maximum does not matter. */
+INLINE256 __m256i q127_8(__m256 x, __m256 inv)
+{
+	__m256 v = _mm256_mul_ps(x, inv);
+	v = _mm256_max_ps(v, _mm256_set1_ps(-127.0f));
+	v = _mm256_min_ps(v, _mm256_set1_ps(127.0f));
+	const __m256 magic = _mm256_set1_ps(12582912.0f);
+	return _mm256_cvtps_epi32(_mm256_sub_ps(_mm256_add_ps(v, magic), magic));
+}
+
+INLINE256 __m256 abs8(__m256 x)
+{
+	return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+}
+
+INLINE256 float hmax8(__m256 v)
+{
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+/* the scalar steps of quant.c for a tail of fewer than 32 values */
+static inline int8_t q127_1(float x, float inv)
+{
+	float v = x * inv;
+	v = v > -127.0f ? v : -127.0f;
+	v = v < 127.0f ? v : 127.0f;
+	v = (v + 12582912.0f) - 12582912.0f;
+	return (int8_t)v;
+}
+
+/* max |x| over n; NaN lanes are skipped like quant.c's compare */
+INLINE256 float absmax_avx2(const float *x, int64_t n)
+{
+	__m256 m = _mm256_setzero_ps();
+	int64_t k = 0;
+	for (; k + 8 <= n; k += 8)
+		m = _mm256_max_ps(abs8(_mm256_loadu_ps(x + k)), m);
+	float a = hmax8(m);
+	for (; k < n; k++) {
+		const float v = __builtin_fabsf(x[k]);
+		if (v > a)
+			a = v;
+	}
+	return a;
+}
+
+/* q[0, n) from x with scale amax / 127: 32 at a time, packed to bytes
+ * (packs works within 128-bit lanes; the permute puts the dwords back in
+ * order), then the scalar tail */
+INLINE256 void quant_span_avx2(const float *x, int64_t n, int8_t *q, float amax)
+{
+	const float s = amax / 127.0f;
+	const float inv1 = s > 0.0f ? 1.0f / s : 0.0f;
+	const __m256 inv = _mm256_set1_ps(inv1);
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	int64_t k = 0;
+	for (; k + 32 <= n; k += 32) {
+		const __m256i a = _mm256_packs_epi32(q127_8(_mm256_loadu_ps(x + k), inv),
+						     q127_8(_mm256_loadu_ps(x + k + 8), inv));
+		const __m256i b = _mm256_packs_epi32(q127_8(_mm256_loadu_ps(x + k + 16), inv),
+						     q127_8(_mm256_loadu_ps(x + k + 24), inv));
+		_mm256_storeu_si256((__m256i *)(void *)(q + k),
+				    _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), order));
+	}
+	for (; k < n; k++)
+		q[k] = q127_1(x[k], inv1);
+}
+
+T256 static void quant_act_avx2(const float *x, int64_t n, int8_t *q, float *d, int per_block)
+{
+	if (!per_block) {
+		const float amax = absmax_avx2(x, n);
+		d[0] = amax / 127.0f;
+		quant_span_avx2(x, n, q, amax);
+		return;
+	}
+	/* one block at a time: blocks are independent, so out-of-order
+	 * execution overlaps one block's reduction and divisions with the
+	 * next block's loads */
+	for (int64_t b = 0; b < n / Q8_0_BLOCK; b++) {
+		const float *xb = x + b * Q8_0_BLOCK;
+		/* NaN lanes skipped as in absmax_avx2: the new values go first,
+		 * since max returns its second operand on NaN */
+		const __m256 z = _mm256_setzero_ps();
+		const __m256 m0 = _mm256_max_ps(abs8(_mm256_loadu_ps(xb + 16)),
+						_mm256_max_ps(abs8(_mm256_loadu_ps(xb)), z));
+		const __m256 m1 = _mm256_max_ps(abs8(_mm256_loadu_ps(xb + 24)),
+						_mm256_max_ps(abs8(_mm256_loadu_ps(xb + 8)), z));
+		const float amax = hmax8(_mm256_max_ps(m0, m1));
+		d[b] = amax / 127.0f;
+		quant_span_avx2(xb, Q8_0_BLOCK, q + b * Q8_0_BLOCK, amax);
+	}
+}
+
 /* ---- GEMM micro-kernel: 6 rows of X x 16 columns of a packed W panel ---------- */
 
 #define MR256 6
@@ -405,7 +508,7 @@ static const struct mm_kernels avx2_kernels = {
 	.dot_w = dot_w_avx2,
 	.dot_q8 = dot_q8_avx2,
 	.dot_i8 = dot_i8_avx2,
-	.quant_act = NULL,
+	.quant_act = quant_act_avx2,
 	.mr = MR256,
 	.nr = NR256,
 	.gemm = gemm_avx2,

@@ -22,8 +22,8 @@
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "engine/generation.h"
-#include "engine/tokenizer.h"
+#include "batching/generation.h"
+#include "engine/tok/tokenizer.h"
 
 struct bat_req;
 

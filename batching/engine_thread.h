@@ -37,8 +37,8 @@
 
 #include "common/err.h"
 #include "engine/engine.h"
-#include "engine/finish.h"
-#include "engine/sampler.h"
+#include "batching/finish.h"
+#include "engine/sample/sampler.h"
 
 struct tokenizer;
 

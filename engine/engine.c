@@ -1,5 +1,5 @@
 /* engine/engine.c — the engine seam (engine.h): checks options and every
- * batch, then hands validated work to the backend (engine/backend.h). All the
+ * batch, then hands validated work to the backend (engine/backend/backend.h). All the
  * batch rules live here, once, so no backend reads an index it was not
  * promised. Tests: tests/engine/test_engine.c (validation, batch invariance,
  * chunked prefill, copy_blocks) and tests/reference/ (logits vs numpy).
@@ -7,10 +7,10 @@
 #include <stdlib.h>
 
 #include "common/checked.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sample_ref.h"
-#include "kernels/cuda/kcuda_sample.h"
+#include "kernels/sample.h"
 
 struct engine {
 	const struct model *m;

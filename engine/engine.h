@@ -12,8 +12,8 @@
  * allocation); the engine just reads the block tables it is given. How values
  * are laid out inside a block is the backend's business.
  *
- * A backend is a small vtable (engine/backend.h): alloc_kv, forward, forward_sample,
- * copy_blocks, free; CPU (engine/cpu_backend.c on kernels/cpu) always, CUDA
+ * A backend is a small vtable (engine/backend/backend.h): alloc_kv, forward, forward_sample,
+ * copy_blocks, free; CPU (engine/backend/cpu_backend.c on kernels/cpu) always, CUDA
  * where built. Tests: tests/engine/test_engine*.c, tests/reference/.
  */
 #ifndef AORTA_ENGINE_ENGINE_H
@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 /* Where the engine runs. CPU is the default (0) so a zeroed engine_opts is
  * the reference backend; AUTO picks CUDA when this build has it and a GPU is
@@ -100,21 +100,21 @@ void engine_destroy(struct engine *e);
  * of range; the KV pool is untouched then. */
 int engine_forward(struct engine *e, const struct engine_batch *b, float *logits);
 
-struct k_sample_args; /* kernels/cuda/kcuda_sample.h (a plain C header) */
+struct k_sample_args; /* kernels/sample.h (a plain C header) */
 
 /* True when the backend samples on its device: engine_forward_sample then
  * moves only tokens and logprobs, not logits, to the host (CUDA). */
 bool engine_samples_on_device(const struct engine *e);
 
 /* One step like engine_forward, then the sampling chain of
- * kernels/cuda/kcuda_sample.h on each of the b->n_logits rows, row i with
+ * kernels/sample.h on each of the b->n_logits rows, row i with
  * a->rows[i]. a's arrays are HOST pointers (rows, pen, bias, ban in; token,
  * logprob, rank, top_ids, top_logprobs out, n_logits rows each); a->n_rows
  * must be b->n_logits and a->vocab the model's; a->logits and a->workspace
  * are the engine's business and ignored. The CUDA backend samples on the
  * device (k_sample); the CPU runs the reference (k_sample_ref) on its logits,
  * so both give the same tokens. Build rows with sampler_device_row and read
- * results with sampler_device_finish (engine/sampler.h). */
+ * results with sampler_device_finish (engine/sample/sampler.h). */
 int engine_forward_sample(struct engine *e, const struct engine_batch *b,
 			  struct k_sample_args *a);
 

@@ -4,7 +4,7 @@
  * Block-quantized types store rows as consecutive blocks: Q8_0 is llama.cpp's
  * block of 32 int8 values preceded by one F16 scale (34 bytes). I8 and F8_E4M3
  * store one byte per value; their scales live beside the tensor (see
- * engine/model.h, struct tensor: per output row or per tensor).
+ * engine/model/model.h, struct tensor: per output row or per tensor).
  */
 #ifndef AORTA_KERNELS_DTYPE_H
 #define AORTA_KERNELS_DTYPE_H

@@ -10,8 +10,8 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model.h"
 
 static void print_config(const struct model *m)
 {

@@ -1,5 +1,5 @@
 /* server/cmd_make_model.c — `aorta make-model OUT`: write a deterministic
- * random-weight test model (engine/model_gen.h) as a GGUF file (OUT ends in
+ * random-weight test model (engine/model/model_gen.h) as a GGUF file (OUT ends in
  * .gguf, or --format gguf) or as a Hugging Face directory. With no options it
  * writes the demo model `make run` serves.
  * Tested end to end in tests/models/test_cli_models.sh.
@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "engine/model_gen.h"
+#include "engine/model/model_gen.h"
 
 static int parse_arch(const char *s, enum model_arch *out)
 {

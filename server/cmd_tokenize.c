@@ -13,8 +13,8 @@
 #include "cli.h"
 #include "commands.h"
 #include "common/buf.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/tok/tokenizer.h"
 
 static bool file_exists(const char *p)
 {

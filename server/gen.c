@@ -18,8 +18,8 @@
 #include "batching/engine_thread.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "engine/finish.h"
-#include "engine/tokenizer.h"
+#include "batching/finish.h"
+#include "engine/tok/tokenizer.h"
 #include "srv.h"
 
 struct lp_entry {

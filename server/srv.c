@@ -18,9 +18,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/sample/sampler.h"
+#include "engine/tok/tokenizer.h"
 
 #define WATCHDOG_MS 1000
 #define STUCK_AFTER_S 30.0 /* work pending and no engine step for this long */

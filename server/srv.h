@@ -24,7 +24,7 @@
 #include "api/chat_template.h"
 #include "common/buf.h"
 #include "common/histogram.h"
-#include "engine/finish.h"
+#include "batching/finish.h"
 #include "config.h"
 #include "http.h"
 

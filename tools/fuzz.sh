@@ -16,13 +16,13 @@ mkdir -p "$out"
 
 # The reader code under test plus what it needs from common/ and kernels/.
 lib_src=(
-  "$root/engine/gguf.c" "$root/engine/safetensors.c" "$root/engine/model_config.c"
+  "$root/engine/model/gguf.c" "$root/engine/model/safetensors.c" "$root/engine/model/model_config.c"
   "$root/common/err.c" "$root/common/buf.c" "$root/common/mapfile.c" "$root/kernels/dtype.c"
   # api/ (fuzz_api): parsers, renderers, chat templates
   "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/response.c"
   "$root/api/chat_template.c" "$root/common/arena.c"
   # tokenizer (fuzz_tokenizer; loads the fixture tokenizers from $AORTA_FIXTURES)
-  "$root"/engine/tok_*.c "$root/engine/gguf_write.c"
+  "$root"/engine/tok/tok_*.c "$root/engine/model/gguf_write.c"
 )
 cflags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I"$root"
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)

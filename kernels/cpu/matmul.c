@@ -24,7 +24,7 @@
  *               (transpose_xq_worker) and the weight blocks are read in
  *               place by tile loads (gemm_q8_amx), nothing packed per call.
  * Threads split weight rows, so every output element is written by one thread.
- * Tested against kcpu_matmul_ref / kcpu_matmul_ref_xq in tests/engine/test_matmul.c.
+ * Tested against kcpu_matmul_ref / kcpu_matmul_ref_xq in tests/kernels/test_matmul.c.
  */
 #include <stdbool.h>
 #include <stddef.h>

@@ -11,7 +11,7 @@
  * (SIMD chosen at run time, threaded over the pool, GEMV-shaped for small m,
  * cache-blocked for large m; for Q8_0/I8 it quantizes X per row to int8 and
  * uses integer dot products). The fast path must agree with the reference to
- * accumulation-order tolerance; tests/engine/test_matmul.c checks it on ragged
+ * accumulation-order tolerance; tests/kernels/test_matmul.c checks it on ragged
  * shapes. Stateless apart from the pool; any one thread.
  *
  * Integer path precisely: X rows are quantized to int8 with one F32 scale per

@@ -6,7 +6,7 @@
  * |w| (unsigned, up to 128) times x carrying w's sign (|x| <= 127), so the
  * int16 pair sums cannot saturate. No packed integer GEMM here: the integer
  * path uses dot tiles for every m; activations are quantized here with
- * quant.c's bits (test_quant_act_bits). Tested in tests/engine/test_matmul.c. */
+ * quant.c's bits (test_quant_act_bits). Tested in tests/kernels/test_matmul.c. */
 #include "matmul_impl.h"
 
 #if defined(__x86_64__)

@@ -6,7 +6,7 @@
  * this adds is subtracted, computed once per weight vector. Batched Q8_0
  * decode uses AMX-INT8 tiles (signed x signed, no correction) when the CPU
  * has them and Linux grants the tile state. Tested against the references
- * in tests/engine/test_matmul.c. */
+ * in tests/kernels/test_matmul.c. */
 #include "matmul_impl.h"
 
 #if defined(__x86_64__)

@@ -3,7 +3,7 @@
  * with the same functions the fast path uses, so the fast path must match
  * this to accumulation-order tolerance (Q8_0) or exactly (I8); the distance
  * from the plain float reference is the X quantization error, bounded
- * separately in tests/engine/test_matmul.c. */
+ * separately in tests/kernels/test_matmul.c. */
 #include <stdlib.h>
 
 #include "matmul.h"

@@ -1,7 +1,7 @@
 /* kernels/cpu/matmul_scalar.c — the portable inner kernels of kcpu_matmul
  * (plain C, any architecture; see matmul_impl.h). Dot tiles keep MM_TW x MM_TX
  * independent accumulators so the compiler can vectorize and pipeline them.
- * Tested against the reference in tests/engine/test_matmul.c. */
+ * Tested against the reference in tests/kernels/test_matmul.c. */
 #include <string.h>
 
 #include "matmul_impl.h"

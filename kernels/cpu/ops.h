@@ -4,10 +4,10 @@
  * Every op has a plain reference (`kops_*_ref`: readable, scalar, one thread)
  * and a fast version (`kops_*`) that takes the instruction set to use, so a
  * test can run each ISA the machine has against the reference
- * (tests/engine/test_ops.c). kops_isa_detect() picks the best one at run time;
+ * (tests/kernels/test_ops.c). kops_isa_detect() picks the best one at run time;
  * the engine stores it. Ops work on one row at a time, attention on one
  * KV head's query heads for one row or a run of consecutive rows of one
- * sequence (kops_attn_rows): threading is the caller's (engine/forward.c
+ * sequence (kops_attn_rows): threading is the caller's (engine/backend/cpu_forward.c
  * splits rows, row tiles and heads over the pool). Stateless; any thread.
  * All pointers are borrowed for the call. Attention results are batch
  * invariant: bit for bit the same however rows and heads are grouped into
@@ -45,7 +45,7 @@ enum kops_isa {
 enum kops_isa kops_isa_detect(void);
 const char *kops_isa_name(enum kops_isa isa);
 
-/* RoPE pairing (same meaning as engine/model.h's enum rope_style). */
+/* RoPE pairing (same meaning as engine/model/model.h's enum rope_style). */
 enum kops_rope_style { KOPS_ROPE_NEOX = 0, KOPS_ROPE_NORM = 1 };
 
 /* out[i] = x[i] / rms(x) * w[i]; out may alias x. */

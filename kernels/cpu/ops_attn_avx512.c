@@ -18,7 +18,7 @@
  * (FMA chain over d = 0, 1, .., head_dim - 1), its softmax reads that
  * query's scores only, and each output value is (1 / sum) * (FMA chain over
  * positions 0, 1, ..). No operation mixes two queries, so each (row, head)
- * gets the same bits in every tile and alone (decode): tests/engine/test_ops.c
+ * gets the same bits in every tile and alone (decode): tests/kernels/test_ops.c
  * checks that with memcmp, and the values against kops_attn_group_ref.
  */
 #include <math.h>

@@ -7,7 +7,7 @@
  * (head_dim a multiple of 16), else run one row at a time here (the AVX2
  * kernel for head_dim a multiple of 32, else plain loops over dot/axpy).
  * Results differ from the reference only by summation order;
- * tests/engine/test_ops.c checks every ISA on ragged sizes.
+ * tests/kernels/test_ops.c checks every ISA on ragged sizes.
  */
 #include <math.h>
 #include <string.h>

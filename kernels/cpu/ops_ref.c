@@ -1,6 +1,6 @@
 /* kernels/cpu/ops_ref.c — the reference versions of the forward-pass ops
  * (see ops.h): plain scalar C, written to be read, not to be fast. Every fast
- * op in ops_fast.c is tested against these in tests/engine/test_ops.c, and the
+ * op in ops_fast.c is tested against these in tests/kernels/test_ops.c, and the
  * whole forward pass against a numpy model in tests/reference/.
  */
 #include <math.h>

@@ -2,7 +2,7 @@
  * kcpu_pack; constants in matmul_impl.h) for Q8_0 and I8 (gemm_q8p /
  * gemm_i8p) and F16, BF16, F8_E4M3 (gemm_fp): built once at load by the CPU
  * backend, read by matmul_avx512.c. Plain C: it runs once per matrix.
- * Tested in tests/engine/test_matmul.c (every case of these dtypes runs
+ * Tested in tests/kernels/test_matmul.c (every case of these dtypes runs
  * packed and unpacked; batched bits across m).
  */
 #include <stdbool.h>

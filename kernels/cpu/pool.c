@@ -5,7 +5,7 @@
  * short while after each run (a decode step launches dozens of runs of tens
  * of microseconds; a futex wake per run would cost as much as the work) and
  * then sleep on work_cv. The caller works as worker 0, then spins on
- * `pending` and finally sleeps on done_cv. Tested in tests/engine/test_pool.c.
+ * `pending` and finally sleeps on done_cv. Tested in tests/kernels/test_pool.c.
  */
 #include "pool.h"
 

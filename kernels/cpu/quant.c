@@ -1,8 +1,8 @@
 /* kernels/cpu/quant.c — weight quantization at load time and activation
  * quantization for the integer matmul path (see quant.h). Plain C: load-time
  * conversion runs once per weight and activation rows are small next to the
- * weights they meet. Tested in tests/engine/test_quant.c (round trips and
- * error bounds) and, for the activation side, by tests/engine/test_matmul.c. */
+ * weights they meet. Tested in tests/kernels/test_quant.c (round trips and
+ * error bounds) and, for the activation side, by tests/kernels/test_matmul.c. */
 #include "quant.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* kernels/cpu/sample_ref.c — the reference of k_sample (kcuda_sample.h): one
- * row at a time, sequentially, in the order engine/sampler.c works. The
+/* kernels/cpu/sample_ref.c — the reference of k_sample (kernels/sample.h): one
+ * row at a time, sequentially, in the order engine/sample/sampler.c works. The
  * pieces whose layout or rounding decides the token are in sample_seq.h,
  * shared with the kernel. Tests: tests/sampling/test_sample_device.c,
  * tests/kernels/test_cuda_sample.c.
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "kernels/cpu/sample_seq.h"
+#include "kernels/sample_seq.h"
 
 struct ref_scratch {
 	int32_t *buf[2]; /* [vocab] each: candidate lists */

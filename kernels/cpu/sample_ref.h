@@ -1,6 +1,6 @@
 /* kernels/cpu/sample_ref.h — plain C reference of the GPU sampling chain
- * (kernels/cuda/kcuda_sample.h): the same flat rows, CSR entries and
- * outputs, computed the way engine/sampler.c's sampler_sample computes them
+ * (kernels/sample.h): the same flat rows, CSR entries and
+ * outputs, computed the way engine/sample/sampler.c's sampler_sample computes them
  * (same candidate orders, same float and double operations, sequential
  * sums), so it gives sampler_sample's token for the same u.
  *
@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "kernels/cuda/kcuda_sample.h"
+#include "kernels/sample.h"
 
 /* Where the draw landed, for tests that accept the neighbour when the sums
  * of another summation order could cross the boundary the other way. */

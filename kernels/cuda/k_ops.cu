@@ -3,7 +3,7 @@
 // gathered LM-head norm, Q/K/V bias + q/k norm + RoPE + paged KV store,
 // SiLU·mul, the norm and SiLU·mul fused with per-token quantization, F32
 // casts. Stateless; launchers never synchronize.
-// CPU counterparts: kernels/cpu/ops_ref.c and engine/forward.c (job_qkv_post);
+// CPU counterparts: kernels/cpu/ops_ref.c and engine/backend/cpu_forward.c (job_qkv_post);
 // test: tests/kernels/test_cuda_ops.c.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

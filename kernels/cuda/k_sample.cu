@@ -1,14 +1,14 @@
-// kernels/cuda/k_sample.cu — the sampling chain on the GPU (kcuda_sample.h).
+// kernels/cuda/k_sample.cu — the sampling chain on the GPU (kernels/sample.h).
 //
 // One CTA of NT threads per row (rows beyond the grid loop). The chain runs
-// as engine/sampler.c runs it, with the sequential decisions that fix the
+// as engine/sample/sampler.c runs it, with the sequential decisions that fix the
 // order of the final draw replayed exactly: the top_k heap (a block-parallel
 // filter against the heap's root, then thread 0 sifts the few that enter),
 // the quickselect of the boundary bucket, the bucket walk of top_p. Full
 // sorts are replaced by a radix select over 64-bit keys (logit order, then id)
 // and a rank sort of at most SORT_MAX elements; sums over candidates are per
 // thread over contiguous ranges, then a block scan. Float arithmetic shared
-// with the CPU goes through kernels/cpu/sample_seq.h (no FMA contraction).
+// with the CPU goes through kernels/sample_seq.h (no FMA contraction).
 // Reference: kernels/cpu/sample_ref.c; test: tests/kernels/test_cuda_sample.c.
 #include <cuda_runtime.h>
 #include <float.h>
@@ -17,9 +17,9 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "kernels/cpu/sample_seq.h"
+#include "kernels/sample_seq.h"
 #include "kernels/cuda/kcuda_internal.h"
-#include "kernels/cuda/kcuda_sample.h"
+#include "kernels/sample.h"
 
 #define NT 512		 // threads per CTA
 #define NW (NT / 32)

@@ -7,7 +7,7 @@
  * default stream), checks its arguments (ERR_INVAL), launches, and checks
  * the launch (ERR_DEVICE, text in k_cuda_last_error()); none synchronizes,
  * so all of them can be captured in a CUDA graph. d_* are device pointers.
- * CPU counterparts: kernels/cpu/ops.h (kops_*_ref) and engine/forward.c;
+ * CPU counterparts: kernels/cpu/ops.h (kops_*_ref) and engine/backend/cpu_forward.c;
  * tests: tests/kernels/test_cuda_ops.c.
  *
  * 16-bit outputs (out_dt DT_F16 or DT_BF16) are rounded to nearest even from
@@ -50,7 +50,7 @@ int k_rmsnorm_rows(void *stream, const float *d_x, const int32_t *d_rows, int n_
 
 /* After the fused QKV GEMM. d_qkv: F32 [n_rows, q_dim + 2 * kv_dim] with
  * q_dim = n_heads * head_dim and kv_dim = n_kv_heads * head_dim, columns
- * q | k | v. Per row, in order (as engine/forward.c job_qkv_post):
+ * q | k | v. Per row, in order (as engine/backend/cpu_forward.c job_qkv_post):
  *   + bias (d_bias F32 [q_dim + 2 kv_dim], may be NULL);
  *   per-head RMSNorm of q (d_q_norm F32 [head_dim]) and k (d_k_norm), both
  *     NULL or both set, eps;

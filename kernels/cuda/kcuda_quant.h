@@ -5,7 +5,7 @@
  *
  * Same shapes as kcuda_gemm.h: Y[T, N] (F32, accumulate != 0 adds) =
  * X[T, K] · dequant(W)[N, K]^T. Weight layouts are those of the CPU engine
- * (engine/model.h struct tensor, kernels/cpu/quant.h): DT_I8 and DT_F8_E4M3
+ * (engine/model/model.h struct tensor, kernels/cpu/quant.h): DT_I8 and DT_F8_E4M3
  * one byte per value with scale[N] per output row, or one scale for the
  * whole tensor (n_scales == 1); DT_Q8_0 rows of 34-byte blocks (F16 scale +
  * 32 int8). CPU counterparts: kernels/cpu matmul on the same weights;

@@ -1,5 +1,5 @@
 /* tests/batching/test_batcher_engine.c — the batcher on the real CPU engine
- * with a tiny generated model (engine/model_gen.h) and its tokenizer.
+ * with a tiny generated model (engine/model/model_gen.h) and its tokenizer.
  *
  * 30 requests sharing a system prompt, some with stop strings, run together
  * under a KV pool small enough to preempt; then each runs alone (one
@@ -17,8 +17,8 @@
 #include "batcher_util.h"
 #include "batching/engine_thread.h"
 #include "engine/engine.h"
-#include "engine/model_gen.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model_gen.h"
+#include "engine/tok/tokenizer.h"
 
 #define N       30
 #define BS      16

@@ -22,7 +22,7 @@
 #include "batching/scheduler.h"
 #include "batching/sequence.h"
 #include "engine/engine.h"
-#include "engine/model_gen.h"
+#include "engine/model/model_gen.h"
 #include "fake_engine.h"
 
 /* Check's ck_assert costs a syscall per call (it records the last passed

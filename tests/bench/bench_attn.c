@@ -4,7 +4,7 @@
  * One layer's attention of a Llama-shaped model (32 query / 8 KV heads,
  * head_dim 64, blocks of 16) over the pool's threads, two ways:
  *   - "rows": one kops_attn_group call per (row, kv head) item, the split
- *     engine/forward.c used before row tiles;
+ *     engine/backend/cpu_forward.c used before row tiles;
  *   - "tiles": kops_attn_rows on (tile of rows, kv head) items, planned as
  *     forward.c's plan_attention / job_attention do now;
  * on

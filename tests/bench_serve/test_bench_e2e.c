@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "server/bench_serve.h"
+#include "server/bench/bench_serve.h"
 
 static struct {
 	pid_t pid;

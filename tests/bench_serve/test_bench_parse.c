@@ -9,7 +9,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
-#include "server/bench_http.h"
+#include "server/bench/bench_http.h"
 
 static int collect_body(void *ud, const char *p, size_t n)
 {

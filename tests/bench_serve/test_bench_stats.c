@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/bench_rng.h"
-#include "server/bench_serve.h"
+#include "server/bench/bench_rng.h"
+#include "server/bench/bench_serve.h"
 
 START_TEST(test_percentile_numpy)
 {

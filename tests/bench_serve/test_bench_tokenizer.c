@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/tokenizer.h"
-#include "server/bench_serve.h"
+#include "engine/tok/tokenizer.h"
+#include "server/bench/bench_serve.h"
 
 static char fixtures[1024];
 

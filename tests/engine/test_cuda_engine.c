@@ -38,7 +38,7 @@
 
 #include "engine/engine.h"
 #include "kernels/cpu/sample_ref.h"
-#include "kernels/cuda/kcuda_sample.h"
+#include "kernels/sample.h"
 #include "tests/engine/tmodel.h"
 
 #define BS 16	 /* block size */

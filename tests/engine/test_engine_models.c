@@ -1,5 +1,5 @@
 /* tests/engine/test_engine_models.c — the engine on real model files from
- * the generator (engine/model_gen.h) through the loaders (model_load): a GGUF
+ * the generator (engine/model/model_gen.h) through the loaders (model_load): a GGUF
  * file and a Hugging Face directory of the same options and seed must give
  * the same logits (GGUF llama Q/K rows are permuted and use rope NORM; HF is
  * NEOX — the same function), for llama (GQA), qwen2 (QKV bias, tied) and
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "engine/model_gen.h"
+#include "engine/model/model_gen.h"
 
 #define N_TOK 37
 #define BS 16

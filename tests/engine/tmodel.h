@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 struct tmodel_opts {
 	enum dtype wdtype;	 /* F32, F16, BF16, Q8_0, I8 or F8_E4M3 for the matrices */
@@ -26,7 +26,7 @@ struct tmodel_opts {
 	float head_gain;	 /* multiplies the untied LM head (sharper logits); 0 = 1.0 */
 	enum dtype head_dtype;	 /* untied LM head's dtype; DT_F32 (0) = same as wdtype */
 	float kv_scale;		 /* > 0: FP8 KV cache scales of layer l, k = kv_scale * (1 +
-				  * l / 4), v = 1.5 k (engine/model.h k_scale, v_scale) */
+				  * l / 4), v = 1.5 k (engine/model/model.h k_scale, v_scale) */
 	bool kv_scale_per_head;	 /* and per KV head h: (h + 1) / n_kv_heads of those */
 };
 

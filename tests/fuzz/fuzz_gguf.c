@@ -1,8 +1,8 @@
 /* tests/fuzz/fuzz_gguf.c — libFuzzer target for the GGUF reader
- * (engine/gguf.c): any byte string must be either accepted, with every
+ * (engine/model/gguf.c): any byte string must be either accepted, with every
  * tensor inside the buffer and every metadata getter safe, or refused with a
  * message. Accepted files also go through the model config reader
- * (engine/model_config.c), which must accept or refuse them cleanly. Built by tools/fuzz.sh (clang -fsanitize=fuzzer,address,undefined);
+ * (engine/model/model_config.c), which must accept or refuse them cleanly. Built by tools/fuzz.sh (clang -fsanitize=fuzzer,address,undefined);
  * with -DFUZZ_REPLAY_MAIN it is a plain program that replays files given on
  * the command line (the 'unit' test that runs the seed corpus under gcc).
  */
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/model_internal.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_safetensors.c — libFuzzer target for the safetensors
- * header parser (engine/safetensors.c): any byte string is either accepted,
+ * header parser (engine/model/safetensors.c): any byte string is either accepted,
  * with every tensor inside the buffer, or refused with a message. Built by
  * tools/fuzz.sh; with -DFUZZ_REPLAY_MAIN it replays files given on the
  * command line (the 'unit' test over the seed corpus).
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
-#include "engine/tokenizer.h"
+#include "engine/tok/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -1,5 +1,5 @@
 /* tests/kernels/test_cuda_ops.c — the launchers of kernels/cuda/kcuda_ops.h
- * against the CPU references (kernels/cpu/ops_ref.c, and engine/forward.c's
+ * against the CPU references (kernels/cpu/ops_ref.c, and engine/backend/cpu_forward.c's
  * job_qkv_post order for the Q/K/V step) on the same random inputs.
  *
  * embed (F32/F16/BF16 tables); add_rmsnorm with and without the residual

@@ -1,4 +1,4 @@
-/* tests/kernels/test_cuda_sample.c — k_sample (kernels/cuda/kcuda_sample.h)
+/* tests/kernels/test_cuda_sample.c — k_sample (kernels/sample.h)
  * against k_sample_ref (kernels/cpu/sample_ref.h) on the same inputs.
  *
  * Batches of several hundred rows (more than K_SAMPLE_MAX_CTAS, so CTAs loop
@@ -33,7 +33,7 @@
 #include "common/err.h"
 #include "kernels/cpu/sample_ref.h"
 #include "kernels/cuda/kcuda.h"
-#include "kernels/cuda/kcuda_sample.h"
+#include "kernels/sample.h"
 #include "tests/kernels/kcheck.h"
 
 #define BOUNDARY_TOL 1e-5 /* relative mass within which a neighbour is accepted */

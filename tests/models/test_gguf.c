@@ -1,4 +1,4 @@
-/* tests/models/test_gguf.c — engine/gguf.c and gguf_write.c: writer -> reader
+/* tests/models/test_gguf.c — engine/model/gguf.c and gguf_write.c: writer -> reader
  * round trips (every metadata type, every tensor dtype, v2 and v3, custom
  * alignment) and the corruption suite: truncations at every length, huge
  * counts, overflowing dimension products, offsets past the end, misaligned
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
+#include "engine/model/gguf.h"
 
 /* ---- a tiny byte builder for hand-made files ---- */
 struct bb {

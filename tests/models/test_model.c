@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/model_gen.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model.h"
+#include "engine/model/model_gen.h"
 
 static char tmp[64];
 

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/model.h"
-#include "engine/model_gen.h"
+#include "engine/model/model.h"
+#include "engine/model/model_gen.h"
 
 static const char *fixtures;
 

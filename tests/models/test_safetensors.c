@@ -1,4 +1,4 @@
-/* tests/models/test_safetensors.c — engine/safetensors.c: writer -> reader
+/* tests/models/test_safetensors.c — engine/model/safetensors.c: writer -> reader
  * round trips for every dtype (single file, sharded directory with an index),
  * and the header corruption suite: truncations, oversized or lying header
  * lengths, bad JSON, unknown dtypes, non-integral / overflowing shapes,
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 /* header JSON + data bytes -> a file image (header padded to 8) */
 static size_t image(uint8_t *out, size_t cap, const char *json, const void *data, size_t n_data)

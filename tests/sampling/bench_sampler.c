@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 
 static double now_s(void)
 {

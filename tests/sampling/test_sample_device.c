@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "kernels/cpu/sample_ref.h"
 
 /* ---- inputs --------------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* tests/sampling/test_sampler.c — engine/sampler.h and engine/rng.h.
+/* tests/sampling/test_sampler.c — engine/sample/sampler.h and engine/sample/rng.h.
  *
  * Distribution tests draw many tokens from a fixed logit vector with a fixed
  * seed and compare the counts with the exact expected distribution (computed
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 
 /* ---- rng ---------------------------------------------------------------- */
 

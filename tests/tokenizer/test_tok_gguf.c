@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/model/gguf.h"
+#include "engine/tok/tokenizer.h"
 #include "tok_test_util.h"
 
 static const char *const names[] = { "mistral", "llama3", "qwen3", "gemma3" };

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/tokenizer.h"
+#include "engine/tok/tokenizer.h"
 
 static char *src_path(const char *rel)
 {

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/tok/tokenizer.h"
 #include "tok_test_util.h"
 
 static const char *const names[] = { "mistral", "llama3", "qwen3", "gemma3" };

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer.h"
+#include "engine/tok/tokenizer.h"
 
 /* $AORTA_FIXTURES/tokenizers/<name>/<file> (malloc'ed). */
 static inline char *tt_path(const char *name, const char *file)

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/tokenizer.h"
+#include "engine/tok/tokenizer.h"
 
 static double clock_s(clockid_t c)
 {

@@ -35,8 +35,6 @@ int api__bad_code(struct api__jp *p, int err, const char *param, const char *fmt
 int api__parse_root(struct api__jp *p, const char *body, size_t len, cJSON **root);
 /* The UTF-8 / depth scan alone, which also reads the exact "seed" into p. */
 int api__prescan(struct api__jp *p, const char *body, size_t len, int max_depth);
-/* Is s[0..len) valid UTF-8 (no surrogates, no overlongs, <= U+10FFFF)? */
-bool api__utf8_valid(const char *s, size_t len);
 
 /* Member `key` of obj. Missing or JSON null -> *item = NULL, returns 0.
  * A key that occurs twice -> 400 "duplicate field". param names the member

@@ -14,6 +14,7 @@
 #include "api/api_internal.h"
 #include "common/checked.h"
 #include "common/err.h"
+#include "common/utf8.h"
 
 static int vbad(struct api__jp *p, int code, const char *param, const char *fmt, va_list ap)
 {
@@ -45,56 +46,6 @@ int api__bad_code(struct api__jp *p, int err, const char *param, const char *fmt
 	int rc = vbad(p, err, param, fmt, ap);
 	va_end(ap);
 	return rc;
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 if invalid.
- * Follows RFC 3629 table 3-7: exact second-byte ranges exclude overlongs,
- * surrogates and values above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0];
-	if (c < 0x80)
-		return 1;
-	size_t len;
-	unsigned char lo = 0x80, hi = 0xBF;
-	if (c >= 0xC2 && c <= 0xDF) {
-		len = 2;
-	} else if (c >= 0xE0 && c <= 0xEF) {
-		len = 3;
-		if (c == 0xE0)
-			lo = 0xA0;
-		else if (c == 0xED)
-			hi = 0x9F;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		len = 4;
-		if (c == 0xF0)
-			lo = 0x90;
-		else if (c == 0xF4)
-			hi = 0x8F;
-	} else {
-		return 0;
-	}
-	if (n < len)
-		return 0;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xBF)
-			return 0;
-	return len;
-}
-
-bool api__utf8_valid(const char *s, size_t len)
-{
-	const unsigned char *u = (const unsigned char *)s;
-	size_t i = 0;
-	while (i < len) {
-		size_t k = utf8_seq(u + i, len - i);
-		if (!k)
-			return false;
-		i += k;
-	}
-	return true;
 }
 
 /* An integer literal at s[0..n) (no fraction or exponent) in int64 range. */
@@ -131,7 +82,7 @@ int api__prescan(struct api__jp *jp, const char *body, size_t len, int max_depth
 			return api__bad_code(&p, ERR_FORMAT, NULL,
 					     "invalid JSON: NUL byte at offset %zu", i);
 		if (c >= 0x80) {
-			size_t k = utf8_seq(u + i, len - i);
+			size_t k = utf8_len(body + i, len - i);
 			if (!k)
 				return api__bad_code(&p, ERR_FORMAT, NULL,
 						     "request body is not valid UTF-8 (offset %zu)",
@@ -304,7 +255,7 @@ size_t api_json_string_chars(const char *s, size_t len)
 	const unsigned char *u = (const unsigned char *)s;
 	size_t n = 0;
 	for (size_t i = 0; i < len; n++) {
-		size_t k = u[i] < 0x80 ? 1 : utf8_seq(u + i, len - i);
+		size_t k = u[i] < 0x80 ? 1 : utf8_len(s + i, len - i);
 		i += k ? k : 1;
 	}
 	return n;
@@ -327,7 +278,7 @@ int api_json_string(struct buf *out, const char *s, size_t len)
 	while (i < len) {
 		unsigned char c = u[i];
 		if (c >= 0x80) {
-			size_t k = utf8_seq(u + i, len - i);
+			size_t k = utf8_len(s + i, len - i);
 			if (k) {
 				memcpy(w, u + i, k);
 				w += k;

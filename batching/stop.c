@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
+
 int stop_matcher_init(struct stop_matcher *m, const char *const *stops, int n_stops)
 {
 	memset(m, 0, sizeof(*m));
@@ -55,37 +57,6 @@ void stop_matcher_deinit(struct stop_matcher *m)
 	m->stops = NULL;
 	m->lens = NULL;
 	m->n_stops = 0;
-}
-
-/* Bytes in the UTF-8 sequence a lead byte starts (1 for ASCII or a stray byte). */
-static size_t utf8_seq_len(unsigned char c)
-{
-	if (c >= 0xF0 && c <= 0xF4)
-		return 4;
-	if (c >= 0xE0 && c < 0xF0)
-		return 3;
-	if (c >= 0xC2 && c < 0xE0)
-		return 2;
-	return 1;
-}
-
-/* Largest r' <= r such that w[0..r') does not end inside a UTF-8 character. */
-static size_t utf8_cut(const char *w, size_t n, size_t r)
-{
-	const unsigned char *u = (const unsigned char *)w;
-	/* r on a continuation byte: step back to its lead (at most 3 bytes) */
-	for (int i = 0; i < 3 && r > 0 && r < n && (u[r] & 0xC0) == 0x80; i++)
-		r--;
-	/* the character ending at r may be incomplete: find its lead byte */
-	size_t k = r;
-	while (k > 0 && r - k < 3 && (u[k - 1] & 0xC0) == 0x80)
-		k--;
-	if (k > 0) {
-		size_t lead = k - 1;
-		if ((u[lead] & 0xC0) == 0xC0 && utf8_seq_len(u[lead]) > r - lead)
-			r = lead;
-	}
-	return r;
 }
 
 /* Longest k <= limit such that w[n-k..n) is a proper prefix of some stop. */

@@ -2,7 +2,11 @@
  * the GGUF and safetensors readers (tested through tests/models/). */
 #include "mapfile.h"
 
+#include "buf.h"
+
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -36,4 +40,31 @@ void mapfile_close(const void *data, size_t size)
 {
 	if (data)
 		munmap((void *)data, size);
+}
+
+int mapfile_read(const char *path, size_t max, char **out, size_t *len, struct diag *d)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return diag_set(d, ERR_NOTFOUND, "%s: cannot open", path);
+	struct buf b;
+	buf_init(&b);
+	char chunk[65536];
+	size_t n;
+	int rc = 0;
+	while (!rc && (n = fread(chunk, 1, sizeof chunk, fp)) > 0) {
+		if (b.len + n > max)
+			rc = diag_set(d, ERR_TOO_LARGE, "%s: larger than %zu bytes", path, max);
+		else if (buf_append(&b, chunk, n))
+			rc = diag_set(d, ERR_NOMEM, "out of memory");
+	}
+	if (!rc && ferror(fp))
+		rc = diag_set(d, ERR_IO, "%s: read failed", path);
+	fclose(fp);
+	if (rc) {
+		buf_deinit(&b);
+		return rc;
+	}
+	*out = buf_take(&b, len);
+	return *out ? 0 : diag_set(d, ERR_NOMEM, "out of memory");
 }

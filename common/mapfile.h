@@ -1,4 +1,5 @@
-/* common/mapfile.h — map a whole regular file read-only (model files).
+/* common/mapfile.h — whole files: map a regular file read-only (model
+ * files), or read a small one into memory (configs).
  *
  * mapfile_open checks that path is a regular file of at least min_size bytes
  * and maps it PROT_READ/MAP_PRIVATE; on failure it returns ERR_IO or
@@ -16,5 +17,9 @@
 int mapfile_open(const char *path, size_t min_size, const char *what, const void **data,
 		 size_t *size, struct diag *d);
 void mapfile_close(const void *data, size_t size);
+/* Read a small file whole (config files, JSON) into a malloc'd buffer,
+ * NUL-terminated, that the caller frees: ERR_NOTFOUND when it cannot be
+ * opened, ERR_TOO_LARGE past max bytes, ERR_IO, ERR_NOMEM. */
+int mapfile_read(const char *path, size_t max, char **out, size_t *len, struct diag *d);
 
 #endif

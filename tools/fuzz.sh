@@ -17,7 +17,7 @@ mkdir -p "$out"
 # The reader code under test plus what it needs from common/ and kernels/.
 lib_src=(
   "$root/engine/model/gguf.c" "$root/engine/model/safetensors.c" "$root/engine/model/model_config.c"
-  "$root/common/err.c" "$root/common/buf.c" "$root/common/mapfile.c" "$root/kernels/dtype.c"
+  "$root/common/err.c" "$root/common/buf.c" "$root/common/mapfile.c" "$root/common/utf8.c" "$root/kernels/dtype.c"
   # api/ (fuzz_api): parsers, renderers, chat templates
   "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/response.c"
   "$root/api/chat_template.c" "$root/common/arena.c"

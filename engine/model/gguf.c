@@ -15,7 +15,7 @@
 
 #include "common/checked.h"
 #include "common/mapfile.h"
-#include "engine/model/model_internal.h"
+#include "common/utf8.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 /* Keys and tensor names longer than this are refused (llama.cpp caps names at

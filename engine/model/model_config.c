@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/mapfile.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_internal.h"
 
@@ -247,33 +248,6 @@ int model_config_from_gguf(const struct gguf_file *g, struct model_config *c, st
 
 /* ---- Hugging Face ---------------------------------------------------------- */
 
-int model_read_file(const char *path, size_t max, char **out, size_t *len, struct diag *d)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return diag_set(d, ERR_NOTFOUND, "%s: cannot open", path);
-	struct buf b;
-	buf_init(&b);
-	char chunk[65536];
-	size_t n;
-	int rc = 0;
-	while (!rc && (n = fread(chunk, 1, sizeof chunk, fp)) > 0) {
-		if (b.len + n > max)
-			rc = diag_set(d, ERR_TOO_LARGE, "%s: larger than %zu bytes", path, max);
-		else if (buf_append(&b, chunk, n))
-			rc = diag_set(d, ERR_NOMEM, "out of memory");
-	}
-	if (!rc && ferror(fp))
-		rc = diag_set(d, ERR_IO, "%s: read failed", path);
-	fclose(fp);
-	if (rc) {
-		buf_deinit(&b);
-		return rc;
-	}
-	*out = buf_take(&b, len);
-	return *out ? 0 : diag_set(d, ERR_NOMEM, "out of memory");
-}
-
 static int read_json(const char *dir, const char *file, size_t max, cJSON **out, bool required,
 		     struct diag *d)
 {
@@ -282,7 +256,7 @@ static int read_json(const char *dir, const char *file, size_t max, cJSON **out,
 	char *text;
 	size_t len;
 	*out = NULL;
-	int rc = model_read_file(path, max, &text, &len, d);
+	int rc = mapfile_read(path, max, &text, &len, d);
 	if (rc == ERR_NOTFOUND && !required)
 		return 0;
 	if (rc)

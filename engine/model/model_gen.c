@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "common/buf.h"
+#include "common/mapfile.h"
 #include "common/checked.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_internal.h"
@@ -473,7 +474,7 @@ static int copy_file(const char *src_dir, const char *dst_dir, const char *file,
 	snprintf(src, sizeof src, "%s/%s", src_dir, file);
 	char *text;
 	size_t len;
-	int rc = model_read_file(src, 512u << 20, &text, &len, d);
+	int rc = mapfile_read(src, 512u << 20, &text, &len, d);
 	if (rc)
 		return rc;
 	char dst[4096];
@@ -630,7 +631,7 @@ static int given_tokenizer(const char *tdir, int *n_vocab, struct model_config *
 	snprintf(path, sizeof path, "%s/tokenizer.json", tdir);
 	char *text;
 	size_t len;
-	int rc = model_read_file(path, 512u << 20, &text, &len, d);
+	int rc = mapfile_read(path, 512u << 20, &text, &len, d);
 	if (rc)
 		return rc;
 	cJSON *tj = cJSON_ParseWithLength(text, len);
@@ -654,7 +655,7 @@ static int given_tokenizer(const char *tdir, int *n_vocab, struct model_config *
 		max_id = cJSON_GetArraySize(vocab) - 1;
 	*n_vocab = max_id + 1;
 	snprintf(path, sizeof path, "%s/tokenizer_config.json", tdir);
-	rc = model_read_file(path, 64u << 20, &text, &len, d);
+	rc = mapfile_read(path, 64u << 20, &text, &len, d);
 	cJSON *tc = rc ? NULL : cJSON_ParseWithLength(text, len);
 	if (!rc)
 		free(text);

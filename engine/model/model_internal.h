@@ -54,48 +54,7 @@ int model_config_from_gguf(const struct gguf_file *g, struct model_config *c, st
 int model_config_from_hf(const char *dir, struct model_config *c, struct diag *d);
 /* Check the dimensions are sane (positive, divisible, bounded). */
 int model_config_validate(const struct model_config *c, struct diag *d);
-/* Read a small text file into a malloc'd NUL-terminated buffer. */
-int model_read_file(const char *path, size_t max, char **out, size_t *len, struct diag *d);
 /* The id of an added token by content in a parsed tokenizer.json; -1 if none. */
 int model_hf_token_id(const struct cJSON *tokenizer_json, const char *content);
-
-/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, <= U+10FFFF. */
-static inline bool utf8_valid(const char *s, size_t n)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0;
-	while (i < n) {
-		unsigned c = p[i];
-		size_t len;
-		uint32_t cp;
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if (c >= 0xc2 && c <= 0xdf) {
-			len = 2;
-			cp = c & 0x1f;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			len = 3;
-			cp = c & 0x0f;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			len = 4;
-			cp = c & 0x07;
-		} else {
-			return false;
-		}
-		if (n - i < len)
-			return false;
-		for (size_t k = 1; k < len; k++) {
-			if ((p[i + k] & 0xc0) != 0x80)
-				return false;
-			cp = (cp << 6) | (p[i + k] & 0x3f);
-		}
-		if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-		    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-			return false;
-		i += len;
-	}
-	return true;
-}
 
 #endif

@@ -24,7 +24,7 @@
 #include "common/buf.h"
 #include "common/checked.h"
 #include "common/mapfile.h"
-#include "engine/model/model_internal.h"
+#include "common/utf8.h"
 
 struct name_idx {
 	const char *name;
@@ -394,7 +394,7 @@ static int open_index(struct st_set *s, const char *dir, const char *index_path,
 {
 	char *text;
 	size_t len;
-	int rc = model_read_file(index_path, 64u << 20, &text, &len, d);
+	int rc = mapfile_read(index_path, 64u << 20, &text, &len, d);
 	if (rc)
 		return rc;
 	cJSON *root = cJSON_ParseWithLength(text, len);

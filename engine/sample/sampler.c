@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/checked.h"
+#include "common/utf8.h"
 
 void sampling_params_init(struct sampling_params *p)
 {
@@ -35,46 +36,6 @@ void sampling_params_init(struct sampling_params *p)
 static bool in_range(float x, float lo, float hi)
 {
 	return x >= lo && x <= hi; /* false for NaN */
-}
-
-/* Strict UTF-8: no overlongs, no surrogates, nothing above U+10FFFF. */
-static bool utf8_valid(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		unsigned c = s[i];
-		size_t len;
-		unsigned lo = 0x80, hi = 0xBF;
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if (c >= 0xC2 && c <= 0xDF) {
-			len = 2;
-		} else if (c >= 0xE0 && c <= 0xEF) {
-			len = 3;
-			if (c == 0xE0)
-				lo = 0xA0;
-			if (c == 0xED)
-				hi = 0x9F;
-		} else if (c >= 0xF0 && c <= 0xF4) {
-			len = 4;
-			if (c == 0xF0)
-				lo = 0x90;
-			if (c == 0xF4)
-				hi = 0x8F;
-		} else {
-			return false;
-		}
-		if (n - i < len)
-			return false;
-		if (s[i + 1] < lo || s[i + 1] > hi)
-			return false;
-		for (size_t k = 2; k < len; k++)
-			if ((s[i + k] & 0xC0) != 0x80)
-				return false;
-		i += len;
-	}
-	return true;
 }
 
 int sampling_params_validate(const struct sampling_params *p, int vocab, struct diag *d)
@@ -131,7 +92,7 @@ int sampling_params_validate(const struct sampling_params *p, int vocab, struct 
 		if (strlen(s) > SAMPLER_MAX_STOP_BYTES)
 			return diag_set(d, ERR_RANGE, "stop: string %d is longer than %d bytes", i,
 					SAMPLER_MAX_STOP_BYTES);
-		if (!utf8_valid((const unsigned char *)s, strlen(s)))
+		if (!utf8_valid(s, strlen(s)))
 			return diag_set(d, ERR_RANGE, "stop: string %d is not valid UTF-8", i);
 	}
 	return 0;

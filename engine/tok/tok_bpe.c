@@ -145,7 +145,7 @@ static int init_symbols(const struct tokenizer *t, struct tok_bpe_scratch *e, co
 	uint32_t unk_off = 0, unk_len = 0;
 	size_t i = 0;
 	while (i < n) {
-		size_t cl = tok_utf8_valid_len((const unsigned char *)w + i, n - i);
+		size_t cl = utf8_len(w + i, n - i);
 		if (!cl)
 			cl = 1;
 		int32_t id = tok_strmap_get(t, &t->vocab, w + i, cl);
@@ -268,7 +268,7 @@ int tok_bpe_word(const struct tokenizer *t, struct tok_bpe_scratch *e, const cha
 			buf_clear(&e->mapped);
 			for (size_t i = 0; i < n; i++) {
 				char u[4];
-				size_t k = tok_utf8_encode(tok_byte_to_cp((uint8_t)w[i]), u);
+				size_t k = utf8_encode(tok_byte_to_cp((uint8_t)w[i]), u);
 				if (buf_append(&e->mapped, u, k))
 					return ERR_NOMEM;
 			}

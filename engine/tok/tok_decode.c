@@ -129,7 +129,7 @@ static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, cons
 			}
 			if (rc)
 				break;
-			if (keep_bytes || tok_utf8_is_valid(tmp.data, tmp.len)) {
+			if (keep_bytes || utf8_valid(tmp.data, tmp.len)) {
 				rc = toks_add(out, tmp.data, tmp.len);
 			} else {
 				for (size_t k = i; k < j && !rc; k++)
@@ -181,11 +181,11 @@ static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, cons
 			bool all = true;
 			for (size_t k = 0; k < n && all && !rc;) {
 				uint32_t cp;
-				if (!tok_utf8_valid_len((const unsigned char *)s + k, n - k)) {
+				if (!utf8_len(s + k, n - k)) {
 					all = false;
 					break;
 				}
-				k += tok_utf8_decode(s + k, &cp);
+				k += utf8_decode(s + k, &cp);
 				int b = tok_cp_to_byte(cp);
 				char c = (char)b;
 				if (b < 0)
@@ -202,11 +202,11 @@ static int run_decoder(const struct tokenizer *t, const struct tok_dec *dc, cons
 			struct buf lossy;
 			buf_init(&lossy);
 			/* a partial character at the end: more bytes may complete it */
-			*tail_open = tok_utf8_incomplete_tail(tmp.data ? tmp.data : "", tmp.len);
+			*tail_open = utf8_incomplete_tail(tmp.data ? tmp.data : "", tmp.len);
 			if (keep_bytes)
 				rc = buf_append(&lossy, tmp.data ? tmp.data : "", tmp.len) ? ERR_NOMEM : 0;
 			else
-				rc = tok_utf8_lossy(tmp.data ? tmp.data : "", tmp.len, &lossy);
+				rc = utf8_lossy(tmp.data ? tmp.data : "", tmp.len, &lossy);
 			if (!rc)
 				rc = toks_add(out, lossy.data ? lossy.data : "", lossy.len);
 			buf_deinit(&lossy);

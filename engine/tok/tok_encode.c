@@ -159,7 +159,7 @@ static bool nfc_stable(const char *s, size_t n)
 			continue;
 		}
 		uint32_t cp;
-		size_t k = tok_utf8_decode(s + i, &cp);
+		size_t k = utf8_decode(s + i, &cp);
 		if (!((cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3041 && cp <= 0x3096) || (cp >= 0x30A1 && cp <= 0x30FA) ||
 		      (cp >= 0xAC00 && cp <= 0xD7A3)))
 			return false;
@@ -184,9 +184,9 @@ static int apply_norm(struct enc *e, const struct tok_norm *nm, const char *s, s
 	case NORM_LOWERCASE:
 		for (size_t i = 0; i < n;) {
 			uint32_t cp;
-			i += tok_utf8_decode(s + i, &cp);
+			i += utf8_decode(s + i, &cp);
 			char u[4];
-			size_t k = tok_utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), u);
+			size_t k = utf8_encode((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), u);
 			if (buf_append(out, u, k))
 				return ERR_NOMEM;
 		}
@@ -208,7 +208,7 @@ static int apply_norm(struct enc *e, const struct tok_norm *nm, const char *s, s
 				if (ov[1] == ov[0]) { /* empty match: step one character */
 					if (ov[0] >= n)
 						break;
-					start = ov[0] + (tok_utf8_valid_len((const unsigned char *)s + ov[0], n - ov[0]) > 0 ? tok_utf8_valid_len((const unsigned char *)s + ov[0], n - ov[0]) : 1);
+					start = ov[0] + (utf8_len(s + ov[0], n - ov[0]) > 0 ? utf8_len(s + ov[0], n - ov[0]) : 1);
 					continue;
 				}
 				if (buf_append(out, s + run, ov[0] - run) || buf_append(out, nm->b, nm->b_len))
@@ -252,7 +252,7 @@ static int find_matches(struct enc *e, const struct tok_pretok *p, const char *s
 			return ERR_INTERNAL;
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
 		if (ov[1] == ov[0]) {
-			size_t k = tok_utf8_valid_len((const unsigned char *)s + ov[0], n - ov[0]);
+			size_t k = utf8_len(s + ov[0], n - ov[0]);
 			start = ov[0] + (k ? k : 1);
 			continue;
 		}
@@ -483,7 +483,7 @@ static uint32_t last_cp(const char *s, size_t n)
 		i--;
 	uint32_t cp = 0;
 	if (i > 0)
-		tok_utf8_decode(s + i - 1, &cp);
+		utf8_decode(s + i - 1, &cp);
 	return cp;
 }
 
@@ -527,7 +527,7 @@ static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, 
 		if (ad->single_word) {
 			uint32_t before = start > 0 ? last_cp(s, start) : 0, after = 0;
 			if (end < n)
-				tok_utf8_decode(s + end, &after);
+				utf8_decode(s + end, &after);
 			if ((start > 0 && is_word_char(before)) || (end < n && is_word_char(after)))
 				continue;
 		}
@@ -537,7 +537,7 @@ static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, 
 				while (k > seg && ((unsigned char)s[k] & 0xC0) == 0x80)
 					k--;
 				uint32_t cp;
-				tok_utf8_decode(s + k, &cp);
+				utf8_decode(s + k, &cp);
 				if (!tok_is_whitespace(cp))
 					break;
 				start = k;
@@ -546,7 +546,7 @@ static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, 
 		if (ad->rstrip) {
 			while (end < n) {
 				uint32_t cp;
-				size_t k = tok_utf8_decode(s + end, &cp);
+				size_t k = utf8_decode(s + end, &cp);
 				if (!tok_is_whitespace(cp))
 					break;
 				end += k;
@@ -592,8 +592,8 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, unsigned
 	int rc = 0;
 	if (!text)
 		len = 0;
-	if (len && !tok_utf8_is_valid(text, len)) {
-		if ((rc = tok_utf8_lossy(text, len, &fixed)))
+	if (len && !utf8_valid(text, len)) {
+		if ((rc = utf8_lossy(text, len, &fixed)))
 			return rc;
 		text = fixed.data;
 		len = fixed.len;

@@ -20,6 +20,7 @@
 
 #include "common/buf.h"
 #include "common/err.h"
+#include "common/utf8.h"
 #include "engine/tok/tokenizer.h"
 
 /* ---- string pool + maps (tok_util.c) ---- */
@@ -213,17 +214,6 @@ pcre2_code *tok_regex_compile(const char *pat, size_t len, struct diag *d, int *
 /* GPT-2 byte <-> unicode map. */
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp); /* -1 when not in the map */
-/* UTF-8 */
-size_t tok_utf8_encode(uint32_t cp, char out[4]);
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid/truncated. */
-size_t tok_utf8_valid_len(const unsigned char *s, size_t n);
-/* Lossy repair as Rust's from_utf8_lossy: append s to out. */
-int tok_utf8_lossy(const char *s, size_t n, struct buf *out);
-bool tok_utf8_is_valid(const char *s, size_t n);
-/* Do the bytes end with the start of a character that more bytes could complete? */
-bool tok_utf8_incomplete_tail(const char *s, size_t n);
-/* Decode one code point of valid UTF-8 (returns its length). */
-size_t tok_utf8_decode(const char *s, uint32_t *cp);
 bool tok_is_whitespace(uint32_t cp);
 
 /* tok_bpe.c */

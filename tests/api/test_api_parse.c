@@ -10,6 +10,7 @@
 #include "api/api.h"
 #include "api/api_internal.h"
 #include "common/err.h"
+#include "common/utf8.h"
 
 static int parse_c(const char *body, struct api_completion_req *r, struct api_error *e)
 {
@@ -345,17 +346,17 @@ END_TEST
 
 START_TEST(test_utf8_validator)
 {
-	ck_assert(api__utf8_valid("", 0));
-	ck_assert(api__utf8_valid("abc", 3));
-	ck_assert(api__utf8_valid("\xC2\x80", 2));
-	ck_assert(api__utf8_valid("\xEF\xBF\xBF", 3));
-	ck_assert(api__utf8_valid("\xF4\x8F\xBF\xBF", 4));
-	ck_assert(!api__utf8_valid("\xC1\xBF", 2));
-	ck_assert(!api__utf8_valid("\xE0\x9F\xBF", 3));
-	ck_assert(!api__utf8_valid("\xED\xBF\xBF", 3));
-	ck_assert(!api__utf8_valid("\xF5\x80\x80\x80", 4));
-	ck_assert(!api__utf8_valid("\xF0\x9F\x98", 3));
-	ck_assert(!api__utf8_valid("\xFF", 1));
+	ck_assert(utf8_valid("", 0));
+	ck_assert(utf8_valid("abc", 3));
+	ck_assert(utf8_valid("\xC2\x80", 2));
+	ck_assert(utf8_valid("\xEF\xBF\xBF", 3));
+	ck_assert(utf8_valid("\xF4\x8F\xBF\xBF", 4));
+	ck_assert(!utf8_valid("\xC1\xBF", 2));
+	ck_assert(!utf8_valid("\xE0\x9F\xBF", 3));
+	ck_assert(!utf8_valid("\xED\xBF\xBF", 3));
+	ck_assert(!utf8_valid("\xF5\x80\x80\x80", 4));
+	ck_assert(!utf8_valid("\xF0\x9F\x98", 3));
+	ck_assert(!utf8_valid("\xFF", 1));
 }
 END_TEST
 

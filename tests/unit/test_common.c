@@ -11,6 +11,53 @@
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
+#include "common/utf8.h"
+
+/* common/utf8 against Python's codec (bytes.decode("utf-8", "replace"),
+ * values recorded from python3): Unicode §3.9's maximal-subpart example,
+ * the edges of RFC 3629's table, and every code point round-tripped. */
+START_TEST(test_utf8)
+{
+	static const char ex[] = "\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64";
+	static const char ex_fixed[] = "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD"
+				       "c\xEF\xBF\xBD\xEF\xBF\xBD" "d";
+	struct buf b;
+	buf_init(&b);
+	ck_assert_int_eq(utf8_lossy(ex, sizeof ex - 1, &b), 0);
+	ck_assert_uint_eq(b.len, sizeof ex_fixed - 1);
+	ck_assert(memcmp(b.data, ex_fixed, b.len) == 0);
+	buf_deinit(&b);
+	static const struct {
+		const char *s;
+		bool ok;
+	} edges[] = {
+		{ "\xED\xA0\x80", false },     /* surrogate U+D800 */
+		{ "\xF4\x90\x80\x80", false }, /* U+110000 */
+		{ "\xC0\xAF", false },	       /* overlong '/' */
+		{ "\xE0\x9F\xBF", false },     /* overlong U+07FF */
+		{ "\xF0\x90\x80\x80", true },  /* U+10000 */
+		{ "\xEF\xBF\xBF", true },      /* U+FFFF */
+		{ "\xF4\x8F\xBF\xBF", true },  /* U+10FFFF */
+		{ "\xE2\x82", false },	       /* truncated */
+	};
+	for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+		ck_assert_msg(utf8_valid(edges[i].s, strlen(edges[i].s)) == edges[i].ok, "edge %zu", i);
+	ck_assert(utf8_incomplete_tail("a\xE2\x82", 3));
+	ck_assert(!utf8_incomplete_tail("a\xE2\x82\xAC", 4));
+	/* a cut inside the euro sign moves before its lead byte */
+	ck_assert_uint_eq(utf8_cut("a\xE2\x82\xAC", 4, 3), 1);
+	ck_assert_uint_eq(utf8_cut("a\xE2\x82\xAC", 4, 4), 4);
+	for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+		if (cp >= 0xD800 && cp <= 0xDFFF)
+			continue;
+		char u[4];
+		uint32_t back;
+		const size_t n = utf8_encode(cp, u);
+		if (!utf8_valid(u, n) || utf8_len(u, n) != n || utf8_decode(u, &back) != n || back != cp)
+			ck_abort_msg("U+%04X does not round-trip", cp);
+	}
+}
+END_TEST
 
 START_TEST(test_err_str)
 {
@@ -171,6 +218,7 @@ int main(void)
 	tcase_add_test(tc, test_arena);
 	tcase_add_test(tc, test_clock);
 	tcase_add_test(tc, test_log_format);
+	tcase_add_test(tc, test_utf8);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

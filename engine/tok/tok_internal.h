@@ -208,7 +208,8 @@ static inline const char *tok_span_ptr(const struct tokenizer *t, struct tok_spa
 int tok_set_ids(struct tokenizer *t, int32_t n_ids); /* allocate per-id arrays, all holes */
 int tok_strmap_build(struct tokenizer *t, struct tok_strmap *m, uint8_t need_attr);
 int32_t tok_strmap_get(const struct tokenizer *t, const struct tok_strmap *m, const char *s, size_t n);
-/* After vocab, added tokens and the pipeline are set: maps, trie, byte tables. */
+/* tok_index.c: after vocab, added tokens and the pipeline are set: maps,
+ * tries, byte tables. */
 int tok_finalize(struct tokenizer *t, struct diag *d);
 pcre2_code *tok_regex_compile(const char *pat, size_t len, struct diag *d, int *err);
 /* GPT-2 byte <-> unicode map. */

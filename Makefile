@@ -34,8 +34,13 @@ $(DEMO_MODEL): | build
 run: build $(DEMO_MODEL)
 	./build-release/server/aorta serve --model $(DEMO_MODEL) --host $(HOST) --port $(PORT)
 
+# The test build compiles the CUDA sources wherever nvcc exists (for every
+# architecture when no GPU is visible), so they are checked even on CPU-only
+# machines; `make run` builds them only where a GPU is visible (meson's
+# cuda=auto).
+CUDA_TEST := $(if $(shell PATH="$(PATH)" command -v nvcc 2>/dev/null),enabled,disabled)
 build-debug/build.ninja:
-	meson setup build-debug --buildtype=debugoptimized $(MESON_EXTRA)
+	meson setup build-debug --buildtype=debugoptimized -Dcuda=$(CUDA_TEST) $(MESON_EXTRA)
 
 test-build: deps build-debug/build.ninja
 	ninja -C build-debug

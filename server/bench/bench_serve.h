@@ -225,5 +225,7 @@ int bench_svg_write(const char *path, const char *title, const struct bench_swee
 
 int bench_serve_main(int argc, char **argv);
 int bench_sweep_main(int argc, char **argv);
+/* `aorta bench engine` (bench_engine.c): the engine alone, no HTTP. */
+int bench_engine_main(int argc, char **argv);
 
 #endif

@@ -314,20 +314,6 @@ static void active_unlink(struct batcher *b, struct bat_req *r)
 		*pp = r->next;
 }
 
-static enum seq_finish seq_reason(enum finish_reason f)
-{
-	switch (f) {
-	case FINISH_STOP:
-		return SEQ_FINISH_STOP;
-	case FINISH_LENGTH:
-		return SEQ_FINISH_LENGTH;
-	case FINISH_ABORT:
-		return SEQ_FINISH_ABORT;
-	default:
-		return SEQ_FINISH_ERROR;
-	}
-}
-
 /* Take choice c's sequence out of the scheduler (it must not be in an
  * uncommitted step) and emit its FINISH. */
 static void choice_end(struct batcher *b, struct bat_choice *c, enum finish_reason why)
@@ -344,7 +330,7 @@ static void choice_end(struct batcher *b, struct bat_choice *c, enum finish_reas
 			r->t_first_scheduled = q->t_first_scheduled;
 		if (c->index == 0 && q->t_first_scheduled)
 			r->cached_tokens = q->n_cached_tokens;
-		sched_finish(b->sched, q, seq_reason(why));
+		sched_finish(b->sched, q, why);
 		seq_destroy(q);
 		c->seq = NULL;
 	}

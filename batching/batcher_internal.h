@@ -40,7 +40,6 @@ struct bat_req {
 	int n;
 	int32_t *prompt;
 	int n_prompt;
-	int max_tokens;           /* effective: params.max_tokens, or what max_model_len leaves */
 	struct sampling_params p; /* pointers below are owned copies */
 	char **stops;
 	struct sampler_logit_bias *bias;
@@ -110,7 +109,7 @@ void bat__share_stats(struct batcher *b);
 /* ---- request.c ---- */
 
 /* Deep-copy a validated request (any thread; touches no batcher state). */
-int bat__req_copy(const struct bat_request *in, int max_tokens, struct bat_req **out);
+int bat__req_copy(const struct bat_request *in, struct bat_req **out);
 void bat__req_free(struct bat_req *r);
 /* Put the inbox's requests on the active list, each with its first sequence
  * in the scheduler; a request that cannot be admitted ends with an ERROR. */

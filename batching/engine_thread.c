@@ -224,24 +224,20 @@ int bat_submit(struct batcher *b, const struct bat_request *in, struct diag *d)
 			                "prompt token %d at position %d is outside the "
 			                "vocabulary (0..%d)",
 			                in->prompt[i], i, b->m.vocab - 1);
+	/* The caller decided max_tokens (api_resolve_max_tokens): checked
+	 * here as a wall, never derived again. */
+	if (in->params.max_tokens < 0)
+		return diag_set(d, ERR_INVAL,
+		                "max_tokens must be resolved before submitting (got %d)",
+		                in->params.max_tokens);
 	int rc = sampling_params_validate(&in->params, b->m.vocab, d);
 	if (rc)
 		return rc;
-	int max_tokens = in->params.max_tokens;
-	if (max_tokens < 0) {
-		max_tokens = b->o.max_model_len - in->n_prompt;
-		if (max_tokens < 1)
-			return diag_set(
-			    d, ERR_TOO_LARGE,
-			    "this model's maximum context length is %d tokens; the prompt "
-			    "has %d, leaving no room to generate",
-			    b->o.max_model_len, in->n_prompt);
-	}
-	rc = sched_validate(b->sched, in->n_prompt, max_tokens, in->n, d);
+	rc = sched_validate(b->sched, in->n_prompt, in->params.max_tokens, in->n, d);
 	if (rc)
 		return rc;
 	struct bat_req *r;
-	rc = bat__req_copy(in, max_tokens, &r);
+	rc = bat__req_copy(in, &r);
 	if (rc)
 		return diag_set(d, rc, "out of memory copying the request");
 	pthread_mutex_lock(&b->mu);

@@ -61,7 +61,7 @@ static void *dup_array(const void *src, size_t n, size_t size, int *rc)
 }
 
 /* Deep-copy a validated request. */
-int bat__req_copy(const struct bat_request *in, int max_tokens, struct bat_req **out)
+int bat__req_copy(const struct bat_request *in, struct bat_req **out)
 {
 	int rc = 0;
 	struct bat_req *r = calloc(1, sizeof(*r));
@@ -71,7 +71,6 @@ int bat__req_copy(const struct bat_request *in, int max_tokens, struct bat_req *
 	r->user = in->user;
 	r->n = in->n;
 	r->n_prompt = in->n_prompt;
-	r->max_tokens = max_tokens;
 	r->p = in->params;
 	r->prompt = dup_array(in->prompt, (size_t)in->n_prompt, sizeof(int32_t), &rc);
 	r->bias = dup_array(in->params.logit_bias, (size_t)in->params.n_logit_bias,
@@ -234,7 +233,7 @@ void bat__admit_new(struct batcher *b, struct bat_req *list)
 		struct bat_choice *c = &r->choices[0];
 		struct seq *q = NULL;
 		int rc = seq_create(b->pool, b->next_seq_id++, r->prompt, r->n_prompt,
-		                    r->max_tokens, &q);
+		                    r->p.max_tokens, &q);
 		if (rc == 0) {
 			b->next_seq_id += (uint64_t)r->n; /* room for the forks' ids */
 			q->n_fork_pending = r->n - 1;

@@ -82,8 +82,9 @@ struct bat_request {
 	uint64_t id;           /* unique among live requests; bat_cancel uses it */
 	const int32_t *prompt; /* [n_prompt] token ids */
 	int n_prompt;
-	struct sampling_params
-	    params; /* validated again here; max_tokens -1 = up to max_model_len */
+	/* Validated again here. max_tokens is the caller's resolved value
+	 * (>= 1, e.g. api_resolve_max_tokens); -1 is refused (ERR_INVAL). */
+	struct sampling_params params;
 	int n;      /* choices (>= 1) */
 	void *user; /* returned in every event */
 };
@@ -140,7 +141,8 @@ void bat_destroy(struct batcher *b);
 /* ERR_FULL when max_queued_requests are waiting; ERR_TOO_LARGE / ERR_RANGE
  * with the numbers in d when the request can never fit (prompt + max_tokens
  * over max_model_len, n over max_num_seqs, ...); ERR_RANGE / ERR_INVAL for
- * bad sampling params or token ids; ERR_STATE after shutdown began. */
+ * bad sampling params or token ids; ERR_INVAL for a negative (unresolved)
+ * max_tokens; ERR_STATE after shutdown began. */
 int bat_submit(struct batcher *b, const struct bat_request *r, struct diag *d);
 /* Cancel a request (no-op if unknown or already done). */
 void bat_cancel(struct batcher *b, uint64_t request_id);

@@ -473,7 +473,7 @@ int sched_fork(struct sched *s, struct seq *parent, struct seq **children)
 		}
 		if (rc) {
 			for (int j = 0; j < i; j++)
-				sched_finish(s, children[j], SEQ_FINISH_ERROR);
+				sched_finish(s, children[j], FINISH_ERROR);
 			for (int j = 0; j < i; j++)
 				seq_destroy(children[j]);
 			return rc;
@@ -498,7 +498,7 @@ void sched_append_token(struct sched *s, struct seq *q, int32_t token)
 		q->t_first_token = clock_now_ns();
 }
 
-void sched_finish(struct sched *s, struct seq *q, enum seq_finish reason)
+void sched_finish(struct sched *s, struct seq *q, enum finish_reason reason)
 {
 	assert(!s->in_step);
 	if (q->status == SEQ_RUNNING) {

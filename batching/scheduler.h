@@ -118,7 +118,7 @@ int sched_schedule(struct sched *s, const struct sched_step **out);
 void sched_commit(struct sched *s);
 /* The engine failed the step: nothing was computed. The step's sequences
  * keep the blocks they were given (and stay unregistered); the caller
- * normally finishes them with SEQ_FINISH_ERROR. */
+ * normally finishes them with FINISH_ERROR. */
 void sched_cancel_step(struct sched *s);
 /* Fork parent (whose prompt is now computed, n_fork_pending > 0) into
  * n_fork_pending new running sequences sharing its blocks; children[] gets
@@ -128,7 +128,7 @@ int sched_fork(struct sched *s, struct seq *parent, struct seq **children);
 void sched_append_token(struct sched *s, struct seq *seq, int32_t token);
 /* Take seq out of the queues and release its blocks; it becomes the
  * caller's again (seq_destroy it). Not between sched_schedule and sched_commit. */
-void sched_finish(struct sched *s, struct seq *seq, enum seq_finish reason);
+void sched_finish(struct sched *s, struct seq *seq, enum finish_reason reason);
 
 void sched_get_stats(const struct sched *s, struct sched_stats *st);
 /* Running sequences in admission order (for invariant checks and stats). */

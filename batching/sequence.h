@@ -13,22 +13,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "batching/finish.h"
 #include "batching/kv_blocks.h"
 
 enum seq_status { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED };
 
-enum seq_finish {
-	SEQ_FINISH_NONE = 0,
-	SEQ_FINISH_LENGTH, /* max_tokens generated (or max_model_len reached) */
-	SEQ_FINISH_STOP,   /* EOS or a stop string */
-	SEQ_FINISH_ABORT,  /* cancelled */
-	SEQ_FINISH_ERROR,
-};
-
 struct seq {
 	uint64_t id;
 	enum seq_status status;
-	enum seq_finish finish;
+	enum finish_reason finish; /* FINISH_NONE until sched_finish */
 	int32_t *tokens; /* [cap]: prompt, then generated tokens */
 	int n_tokens;
 	int n_prompt;

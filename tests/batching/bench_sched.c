@@ -49,7 +49,7 @@ static int postprocess(struct sched *s, const struct sched_step *st, uint64_t *r
 		struct seq *q = st->seqs[st->logits_seq[i]];
 		sched_append_token(s, q, (int32_t)(rng_next(rng) % 32000));
 		if (seq_n_generated(q) >= q->max_tokens) {
-			sched_finish(s, q, SEQ_FINISH_LENGTH);
+			sched_finish(s, q, FINISH_LENGTH);
 			seq_destroy(q);
 			n_done++;
 		}

@@ -371,8 +371,11 @@ START_TEST(test_validation)
 	ck_assert_int_eq(bat_submit(b, &r, &d), ERR_TOO_LARGE);
 	ck_assert_ptr_nonnull(strstr(d.msg, "128"));
 	ck_assert_ptr_nonnull(strstr(d.msg, "129"));
-	r = greedy_req(1, p, 128, -1, 1, NULL); /* max_tokens unset: no room left */
+	r = greedy_req(1, p, 128, 1, 1, NULL); /* a full prompt: no room left */
 	ck_assert_int_eq(bat_submit(b, &r, &d), ERR_TOO_LARGE);
+	r = greedy_req(1, p, 10, -1, 1, NULL); /* max_tokens is the caller's to resolve */
+	ck_assert_int_eq(bat_submit(b, &r, &d), ERR_INVAL);
+	ck_assert_ptr_nonnull(strstr(d.msg, "max_tokens"));
 	r = greedy_req(1, p, 10, 5, 5, NULL);
 	ck_assert_int_eq(bat_submit(b, &r, &d), ERR_RANGE);
 	p[3] = VOCAB;

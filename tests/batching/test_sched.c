@@ -74,7 +74,7 @@ static int feed(struct env *e, const struct sched_step *st)
 		struct seq *q = st->seqs[st->logits_seq[i]];
 		sched_append_token(e->s, q, e->next[i]);
 		if (seq_n_generated(q) >= q->max_tokens) {
-			sched_finish(e->s, q, SEQ_FINISH_LENGTH);
+			sched_finish(e->s, q, FINISH_LENGTH);
 			seq_destroy(q);
 			n_done++;
 		}
@@ -274,9 +274,9 @@ START_TEST(test_fork_cow)
 		full[6] = firsts[i];
 		ck_assert_int_eq(e.next[i], fake_next_token(full, 7, VOCAB));
 	}
-	sched_finish(e.s, kids[0], SEQ_FINISH_ABORT);
-	sched_finish(e.s, kids[1], SEQ_FINISH_ABORT);
-	sched_finish(e.s, a, SEQ_FINISH_ABORT);
+	sched_finish(e.s, kids[0], FINISH_ABORT);
+	sched_finish(e.s, kids[1], FINISH_ABORT);
+	sched_finish(e.s, a, FINISH_ABORT);
 	seq_destroy(kids[0]);
 	seq_destroy(kids[1]);
 	seq_destroy(a);
@@ -299,11 +299,11 @@ START_TEST(test_cancel)
 	ck_assert_int_eq(st->n_seqs, 1); /* max_num_seqs 1 */
 	feed(&e, st);
 	ck_assert_int_eq(b->status, SEQ_WAITING);
-	sched_finish(e.s, b, SEQ_FINISH_ABORT);
+	sched_finish(e.s, b, FINISH_ABORT);
 	ck_assert_int_eq(sched_n_waiting(e.s), 0);
-	ck_assert_int_eq(b->finish, SEQ_FINISH_ABORT);
+	ck_assert_int_eq(b->finish, FINISH_ABORT);
 	seq_destroy(b);
-	sched_finish(e.s, a, SEQ_FINISH_ABORT);
+	sched_finish(e.s, a, FINISH_ABORT);
 	seq_destroy(a);
 	struct kv_stats ks;
 	kv_get_stats(e.pool, &ks);

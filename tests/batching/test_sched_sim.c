@@ -81,7 +81,7 @@ struct req {
 	int32_t *out[MAXN];
 	int n_out[MAXN];
 	bool finished[MAXN];
-	enum seq_finish why[MAXN];
+	enum finish_reason why[MAXN];
 };
 
 struct sim {
@@ -173,7 +173,7 @@ static void cancel(struct sim *m, struct req *r)
 		struct seq *q = r->seqs[k];
 		if (!q)
 			continue;
-		sched_finish(m->sched, q, SEQ_FINISH_ABORT);
+		sched_finish(m->sched, q, FINISH_ABORT);
 		ck_assert_int_eq(q->kv.n_ids, 0);
 		retire(r, q);
 	}
@@ -242,12 +242,12 @@ static void postprocess(struct sim *m, const struct sched_step *st, const int32_
 			struct seq *c = group[g];
 			int32_t tok = pick(next[i], c->index, m->eng->vocab);
 			sched_append_token(m->sched, c, tok);
-			enum seq_finish why = SEQ_FINISH_NONE;
+			enum finish_reason why = FINISH_NONE;
 			if (tok == m->eng->eos)
-				why = SEQ_FINISH_STOP;
+				why = FINISH_STOP;
 			else if (seq_n_generated(c) >= c->max_tokens)
-				why = SEQ_FINISH_LENGTH;
-			if (why != SEQ_FINISH_NONE) {
+				why = FINISH_LENGTH;
+			if (why != FINISH_NONE) {
 				sched_finish(m->sched, c, why);
 				retire(r, c);
 			}
@@ -294,12 +294,12 @@ static void check_outputs(const struct sim *m, const struct req *r)
 		for (int j = 0; j < r->n_out[k]; j++)
 			REQUIRE(r->out[k][j] == want[j], "choice %d token %d: got %d, alone %d", k,
 			        j, r->out[k][j], want[j]);
-		if (r->why[k] == SEQ_FINISH_LENGTH)
+		if (r->why[k] == FINISH_LENGTH)
 			ck_assert_int_eq(r->n_out[k], r->max_tokens);
-		if (r->why[k] == SEQ_FINISH_STOP)
+		if (r->why[k] == FINISH_STOP)
 			ck_assert_int_eq(r->out[k][r->n_out[k] - 1], m->eng->eos);
 		if (!r->cancelled)
-			ck_assert(r->why[k] == SEQ_FINISH_LENGTH || r->why[k] == SEQ_FINISH_STOP);
+			ck_assert(r->why[k] == FINISH_LENGTH || r->why[k] == FINISH_STOP);
 	}
 	if (!r->cancelled && !r->refused)
 		for (int k = 0; k < r->n; k++)
@@ -516,7 +516,7 @@ static void real_alone(void *ctx, const struct req *r, int k, int32_t *out, int 
 		if (t == MODEL_GEN_EOS || *n == r->max_tokens)
 			break;
 	}
-	sched_finish(s, q, SEQ_FINISH_LENGTH);
+	sched_finish(s, q, FINISH_LENGTH);
 	seq_destroy(q);
 	sched_destroy(s);
 	kv_pool_destroy(pool);

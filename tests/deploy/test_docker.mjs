@@ -116,7 +116,14 @@ for (const variant of ["cuda", "cpu"]) {
 		c.ok(/^nvidia\/cuda:\$\{CUDA_VERSION\}-runtime-ubuntu\$\{UBUNTU_VERSION\}$/.test(froms[1]), L(`runtime stage on the matching CUDA runtime image (${froms[1]})`));
 		if (cudaVersion) c.ok((argDefaults.CUDA_VERSION || "").startsWith(cudaVersion + "."), L(`CUDA_VERSION ${argDefaults.CUDA_VERSION} matches the toolkit here (${cudaVersion})`));
 		else console.log("note: no nvcc here; CUDA_VERSION not compared with a toolkit");
-		c.eq(argDefaults.GPU_ARCHS, mesonOpts.gpu_archs, L("GPU_ARCHS default = meson option gpu_archs default"));
+		// gpu_archs=auto compiles for the visible GPU, or for meson.build's
+		// no-GPU list; an image is built where no GPU is visible
+		let archDefault = mesonOpts.gpu_archs;
+		if (archDefault === "auto") {
+			const m = /else\s+gpu_archs = '([0-9a-z,]+)'/.exec(read("meson.build"));
+			archDefault = m ? m[1] : "(no fallback list in meson.build)";
+		}
+		c.eq(argDefaults.GPU_ARCHS, archDefault, L("GPU_ARCHS default = the meson gpu_archs a build without a visible GPU gets"));
 	} else {
 		c.eq(expand(froms[0]), "debian:bookworm-slim AS build", L("build stage on debian:bookworm-slim"));
 		c.eq(expand(froms[1]), "debian:bookworm-slim", L("runtime stage on debian:bookworm-slim"));

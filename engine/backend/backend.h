@@ -8,8 +8,9 @@
  * or device streams. The model passed at create is borrowed and must outlive
  * the backend.
  *
- * Implementations: engine/backend/cpu_backend.c (always; the reference every other
- * backend is tested against) and engine/backend/cuda_backend.c (builds with CUDA;
+ * Implementations: engine/backend/cpu_backend.c + cpu_forward.c (always; the
+ * reference every other backend is tested against) and engine/backend/
+ * cuda_backend.c + cuda_weights.c + cuda_forward.c (builds with CUDA;
  * kernels/cuda). Shared by both: engine/backend/backend_util.c.
  */
 #ifndef AORTA_ENGINE_BACKEND_BACKEND_H

@@ -8,6 +8,7 @@
 
 #include "common/checked.h"
 #include "engine/backend/backend.h"
+#include "engine/engine.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sample_ref.h"
 #include "kernels/sample.h"
@@ -234,20 +235,4 @@ int engine_copy_blocks(struct engine *e, const int32_t *src, const int32_t *dst,
 		    dst[i] >= e->opts.n_kv_blocks)
 			return ERR_INVAL;
 	return e->be->ops->copy_blocks(e->be, src, dst, n);
-}
-
-size_t engine_kv_block_bytes(const struct model_config *cfg, int block_size, enum dtype kv_dtype)
-{
-	size_t esize = kv_dtype == DT_F16 || kv_dtype == DT_BF16 ? 2
-		       : kv_dtype == DT_F32				? 4
-		       : kv_dtype == DT_F8_E4M3			? 1
-									: 0;
-	size_t n;
-	if (!cfg || esize == 0 || block_size <= 0 || cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 ||
-	    cfg->head_dim <= 0)
-		return 0;
-	if (ck_mul((size_t)cfg->n_kv_heads, (size_t)cfg->head_dim, &n) || ck_mul(n, esize, &n) ||
-	    ck_mul(n, (size_t)block_size, &n) || ck_mul(n, 2 * (size_t)cfg->n_layers, &n))
-		return 0; /* overflow: no pool of this shape can exist */
-	return n;
 }

@@ -1,4 +1,5 @@
 /* engine/backend/backend.h — the backend vtable behind struct engine (engine.h).
+ * Sees the batch and the options through engine/batch.h, never engine.h.
  *
  * A backend owns the weights in its preferred form (converted at create when
  * engine_opts.quantization asks), the paged KV pool and its activation
@@ -8,8 +9,9 @@
  * or device streams. The model passed at create is borrowed and must outlive
  * the backend.
  *
- * Implementations: engine/backend/cpu_backend.c (always; the reference every other
- * backend is tested against) and engine/backend/cuda_backend.c (builds with CUDA;
+ * Implementations: engine/backend/cpu_backend.c + cpu_forward.c (always; the
+ * reference every other backend is tested against) and engine/backend/
+ * cuda_backend.c + cuda_weights.c + cuda_forward.c (builds with CUDA;
  * kernels/cuda). Shared by both: engine/backend/backend_util.c.
  */
 #ifndef AORTA_ENGINE_BACKEND_BACKEND_H
@@ -19,10 +21,12 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "engine/engine.h"
+#include "engine/batch.h" /* not engine.h: the seam includes the backends, not back */
+#include "engine/model/model.h"
 #include "kernels/cpu/matmul.h"
 
 struct backend;
+struct k_sample_args; /* kernels/sample.h */
 
 struct backend_ops {
 	const char *name;

@@ -1,7 +1,10 @@
 /* engine/backend/backend_util.c — what every backend needs the same way: the model
- * config's sanity checks and the RoPE inverse frequencies (with linear,
- * llama3 or GGUF rope_freqs scaling). Pure functions; any thread. Tested
- * through the engines (tests/reference/ checks llama3 scaling against numpy).
+ * config's sanity checks, the RoPE inverse frequencies (with linear,
+ * llama3 or GGUF rope_freqs scaling), weight views, and the bytes of one KV
+ * block (engine_kv_block_bytes, engine/batch.h: public, for sizing the pool).
+ * Pure functions; any thread. Tested through the engines (tests/reference/
+ * checks llama3 scaling against numpy; tests/engine/test_engine.c the KV
+ * block bytes).
  */
 #include <math.h>
 
@@ -93,4 +96,20 @@ int backend_matrix_view(const struct tensor *t, int64_t rows, int64_t cols, stru
 	*out = (struct kmat){ .dtype = t->dtype, .rows = rows, .cols = cols, .data = t->data,
 			      .scale = t->scale, .n_scale = t->n_scale };
 	return 0;
+}
+
+size_t engine_kv_block_bytes(const struct model_config *cfg, int block_size, enum dtype kv_dtype)
+{
+	size_t esize = kv_dtype == DT_F16 || kv_dtype == DT_BF16 ? 2
+		       : kv_dtype == DT_F32				? 4
+		       : kv_dtype == DT_F8_E4M3			? 1
+									: 0;
+	size_t n;
+	if (!cfg || esize == 0 || block_size <= 0 || cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 ||
+	    cfg->head_dim <= 0)
+		return 0;
+	if (ck_mul((size_t)cfg->n_kv_heads, (size_t)cfg->head_dim, &n) || ck_mul(n, esize, &n) ||
+	    ck_mul(n, (size_t)block_size, &n) || ck_mul(n, 2 * (size_t)cfg->n_layers, &n))
+		return 0; /* overflow: no pool of this shape can exist */
+	return n;
 }

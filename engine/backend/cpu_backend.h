@@ -1,5 +1,5 @@
 /* engine/backend/cpu_backend.h — internal to the CPU backend (cpu_backend.c builds
- * it, forward.c runs it). Not a public header: use engine.h / backend.h.
+ * it, cpu_forward.c runs it). Not a public header: use engine.h / backend.h.
  *
  * Weights are kmat views of the model's tensors (borrowed), or of converted
  * copies owned here when engine_opts.quantization asked for int8/fp8. Small

@@ -95,6 +95,23 @@ void api_error_method_not_allowed(struct api_error *e, const char *method); /* 4
 void api_error_too_large(struct api_error *e, uint64_t max_bytes);	 /* 413 */
 void api_error_queue_full(struct api_error *e, int retry_after_s);	 /* 429 */
 void api_error_unavailable(struct api_error *e, const char *why, int retry_after_s); /* 503 */
+void api_error_unsupported_media_type(struct api_error *e, const char *content_type); /* 415 */
+void api_error_internal(struct api_error *e); /* 500: a handler that did not answer */
+/* Completions: echo with logprobs (prompt logprobs) is not supported (400, "echo"). */
+void api_error_echo_logprobs(struct api_error *e);
+/* A stream carries at most API_MAX_N_HARD choices (400, "n"). */
+void api_error_stream_choices(struct api_error *e, int n_choices);
+
+/* Situations whose status is a policy, not the plain ERR_* table. msg NULL
+ * or "" says err_str(err). */
+/* The batcher refused a request (bat_submit, or the sampling check before
+ * it): ERR_FULL is the queue (429, Retry-After 1 s, msg unused), ERR_STATE a
+ * batcher that is stopping (503); anything else is the request's fault: its
+ * 4xx, or 400 where the table says 5xx. */
+void api_error_rejected(struct api_error *e, int err, const char *msg);
+/* Generation failed after submission ("generation failed: msg"): always the
+ * server's fault, its 5xx, or 500 where the table says 4xx. */
+void api_error_generation_failed(struct api_error *e, int err, const char *msg);
 
 /* {"error":{"message":...,"type":...,"param":...,"code":...}} */
 int api_render_error(struct buf *out, const struct api_error *e);

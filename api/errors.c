@@ -1,6 +1,8 @@
-/* api/errors.c — the one place where ERR_* codes become HTTP statuses, the
- * canned errors the server sends (401, 404, 405, 413, 429, 503) and the
- * OpenAI error body {"error":{"message","type","param","code"}}.
+/* api/errors.c — the one place where ERR_* codes and situations become HTTP
+ * statuses: the ERR_* table, the canned errors the server and its transport
+ * send (400, 401, 404, 405, 413, 415, 429, 500, 503), the policies for a
+ * rejected submission and a failed generation, and the OpenAI error body
+ * {"error":{"message","type","param","code"}}.
  * Tests: tests/api/test_api_render.c.
  */
 #include <inttypes.h>
@@ -130,6 +132,55 @@ void api_error_unavailable(struct api_error *e, const char *why, int retry_after
 	api_error_set(e, ERR_STATE, 503, "service_unavailable_error", NULL, "service_unavailable",
 		      "The server is not accepting requests: %.200s.", why ? why : "unavailable");
 	e->retry_after_s = retry_after_s;
+}
+
+void api_error_unsupported_media_type(struct api_error *e, const char *content_type)
+{
+	api_error_set(e, ERR_UNSUPPORTED, 415, NULL, NULL, NULL,
+		      "Content-Type must be application/json (got '%.60s'); with "
+		      "curl, add -H 'Content-Type: application/json'",
+		      content_type ? content_type : "");
+}
+
+void api_error_internal(struct api_error *e)
+{
+	api_error_set(e, ERR_INTERNAL, 500, "server_error", NULL, NULL, "internal error");
+}
+
+void api_error_echo_logprobs(struct api_error *e)
+{
+	api_error_set(e, ERR_UNSUPPORTED, 400, NULL, "echo", NULL,
+		      "echo together with logprobs (prompt logprobs) is not supported");
+}
+
+void api_error_stream_choices(struct api_error *e, int n_choices)
+{
+	api_error_set(e, ERR_RANGE, 400, NULL, "n", NULL,
+		      "a stream carries at most %d choices (prompts x n = %d)", API_MAX_N_HARD,
+		      n_choices);
+}
+
+static const char *msg_or_code(const char *msg, int err)
+{
+	return msg && msg[0] ? msg : err_str(err);
+}
+
+void api_error_rejected(struct api_error *e, int err, const char *msg)
+{
+	if (err == ERR_FULL) {
+		api_error_queue_full(e, 1);
+		return;
+	}
+	api_error_from_err(e, err, NULL, "%s", msg_or_code(msg, err));
+	if (e->status >= 500 && err != ERR_STATE)
+		e->status = 400, e->type = "invalid_request_error";
+}
+
+void api_error_generation_failed(struct api_error *e, int err, const char *msg)
+{
+	api_error_from_err(e, err, NULL, "generation failed: %s", msg_or_code(msg, err));
+	if (e->status < 500) /* an engine failure is the server's fault */
+		e->status = 500, e->type = "server_error";
 }
 
 int api_render_error(struct buf *out, const struct api_error *e)

@@ -55,6 +55,13 @@ struct http_req {
 	struct buf out;
 };
 
+/* A struct http_canned, copied. */
+struct canned {
+	const char *content_type;
+	char *body;
+	size_t len;
+};
+
 struct http_server {
 	uv_loop_t *loop;
 	struct MHD_Daemon *mhd;
@@ -63,8 +70,7 @@ struct http_server {
 	uv_timer_t peer_timer; /* the parked connections' liveness check */
 	struct http_handler h;
 	uint64_t max_body;
-	char *too_large_body;
-	size_t too_large_len;
+	struct canned too_large, internal_error;
 	uint64_t next_id;
 	int active;
 	bool in_run; /* inside MHD_run: callbacks must not re-enter it */
@@ -314,7 +320,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	}
 	r->dispatched = true;
 	if (r->too_large) {
-		http_respond(r, 413, "application/json", s->too_large_body, s->too_large_len, NULL, 0);
+		http_respond(r, 413, s->too_large.content_type, s->too_large.body, s->too_large.len,
+			     NULL, 0);
 		return queue_pending(r);
 	}
 	if (!r->body.data)
@@ -329,9 +336,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	}
 	if (!r->answered && !r->suspended) {
 		log_error("http", "handler neither answered nor deferred %s %s", r->method, r->path);
-		static const char body[] = "{\"error\":{\"message\":\"internal error\",\"type\":"
-					   "\"server_error\",\"param\":null,\"code\":null}}";
-		http_respond(r, 500, "application/json", body, sizeof body - 1, NULL, 0);
+		http_respond(r, 500, s->internal_error.content_type, s->internal_error.body,
+			     s->internal_error.len, NULL, 0);
 		return queue_pending(r);
 	}
 	return MHD_YES;
@@ -484,6 +490,26 @@ static int resolve_host(const char *host, int port, struct sockaddr_storage *ss,
 	return rc;
 }
 
+static int canned_copy(struct canned *dst, const struct http_canned *src)
+{
+	dst->body = malloc(src->len + 1);
+	if (!dst->body)
+		return -1;
+	if (src->len)
+		memcpy(dst->body, src->body, src->len);
+	dst->body[src->len] = '\0';
+	dst->content_type = src->content_type;
+	dst->len = src->len;
+	return 0;
+}
+
+static void server_free(struct http_server *s)
+{
+	free(s->too_large.body);
+	free(s->internal_error.body);
+	free(s);
+}
+
 int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct http_handler *h,
 		       struct http_server **out, char *err, size_t err_len)
 {
@@ -495,14 +521,12 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 	s->loop = loop;
 	s->h = *h;
 	s->max_body = o->max_body_bytes;
-	s->too_large_body = malloc(o->body_too_large_len + 1);
-	if (!s->too_large_body) {
-		free(s);
+	if (canned_copy(&s->too_large, &o->too_large) ||
+	    canned_copy(&s->internal_error, &o->internal_error)) {
+		server_free(s);
 		snprintf(err, err_len, "out of memory");
 		return -1;
 	}
-	memcpy(s->too_large_body, o->body_too_large_json, o->body_too_large_len);
-	s->too_large_len = o->body_too_large_len;
 
 	struct sockaddr_storage ss;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -510,8 +534,7 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 		snprintf(err, err_len,
 			 "--host '%s' is neither an IPv4 or IPv6 address nor a name that resolves "
 			 "to one", o->host);
-		free(s->too_large_body);
-		free(s);
+		server_free(s);
 		return -1;
 	}
 	s->mhd = MHD_start_daemon(
@@ -525,8 +548,7 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 	if (!s->mhd) {
 		snprintf(err, err_len, "cannot listen on %s:%d (address in use or not permitted?)",
 			 o->host, o->port);
-		free(s->too_large_body);
-		free(s);
+		server_free(s);
 		return -1;
 	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
@@ -535,8 +557,7 @@ int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct 
 	if (!info || info->epoll_fd < 0) {
 		snprintf(err, err_len, "libmicrohttpd has no epoll fd");
 		MHD_stop_daemon(s->mhd);
-		free(s->too_large_body);
-		free(s);
+		server_free(s);
 		return -1;
 	}
 	uv_poll_init(loop, &s->poll, info->epoll_fd);
@@ -566,8 +587,7 @@ static void free_on_close(uv_handle_t *h)
 	struct http_server *s = h->data;
 	/* three handles close (poll, two timers), in an order libuv chooses: free after all */
 	if (--s->n_closing == 0) {
-		free(s->too_large_body);
-		free(s);
+		server_free(s);
 	}
 }
 

@@ -41,6 +41,14 @@ struct http_handler {
 	void (*on_close)(void *ud, struct http_req *r, bool completed);
 };
 
+/* An answer the transport sends on its own. The caller renders it (api/ owns
+ * the wire format); the body is copied, the content type must be static. */
+struct http_canned {
+	const char *content_type;
+	const char *body;
+	size_t len;
+};
+
 struct http_opts {
 	const char *host;
 	int port;		 /* 0 = any free port (see http_server_port) */
@@ -48,9 +56,8 @@ struct http_opts {
 	int max_connections;
 	int max_connections_per_ip; /* 0 = no limit */
 	int connection_timeout_s;
-	/* Rendered 413/503 error bodies come from the caller (api/ owns JSON). */
-	const char *body_too_large_json;
-	size_t body_too_large_len;
+	struct http_canned too_large;	   /* 413: a body over max_body_bytes */
+	struct http_canned internal_error; /* 500: a handler that neither answered nor deferred */
 };
 
 int http_server_create(uv_loop_t *loop, const struct http_opts *o, const struct http_handler *h,

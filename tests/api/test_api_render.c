@@ -103,6 +103,60 @@ START_TEST(test_error_bodies)
 }
 END_TEST
 
+/* The policies server/ applies without deciding a status itself. */
+START_TEST(test_error_policies)
+{
+	struct api_error e;
+	struct buf b;
+	buf_init(&b);
+	/* the transport's fallback: the body http.c used to hard-code */
+	api_error_internal(&e);
+	ck_assert_int_eq(e.status, 500);
+	ck_assert_int_eq(api_render_error(&b, &e), 0);
+	ck_assert_str_eq(b.data, "{\"error\":{\"message\":\"internal error\",\"type\":"
+				 "\"server_error\",\"param\":null,\"code\":null}}");
+	api_error_unsupported_media_type(&e, "text/plain");
+	ck_assert_int_eq(e.status, 415);
+	ck_assert_str_eq(e.type, "invalid_request_error");
+	ck_assert_ptr_nonnull(strstr(e.message, "'text/plain'"));
+	api_error_echo_logprobs(&e);
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_str_eq(e.param, "echo");
+	api_error_stream_choices(&e, 200);
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_str_eq(e.param, "n");
+	ck_assert_ptr_nonnull(strstr(e.message, "= 200)"));
+
+	/* a refused submission: the queue is 429, a stopping batcher 503, the
+	 * rest the request's fault */
+	api_error_rejected(&e, ERR_FULL, "ignored");
+	ck_assert_int_eq(e.status, 429);
+	ck_assert_int_eq(e.retry_after_s, 1);
+	api_error_rejected(&e, ERR_STATE, "stopping");
+	ck_assert_int_eq(e.status, 503);
+	ck_assert_str_eq(e.message, "stopping");
+	api_error_rejected(&e, ERR_RANGE, "top_p must be in (0, 1]");
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_str_eq(e.message, "top_p must be in (0, 1]");
+	api_error_rejected(&e, ERR_NOMEM, "");
+	ck_assert_int_eq(e.status, 400);
+	ck_assert_str_eq(e.type, "invalid_request_error");
+	ck_assert_str_eq(e.message, err_str(ERR_NOMEM));
+	api_error_rejected(&e, ERR_TOO_LARGE, NULL);
+	ck_assert_int_eq(e.status, 413);
+
+	/* a failed generation is always the server's */
+	api_error_generation_failed(&e, ERR_INVAL, "bad batch");
+	ck_assert_int_eq(e.status, 500);
+	ck_assert_str_eq(e.type, "server_error");
+	ck_assert_str_eq(e.message, "generation failed: bad batch");
+	api_error_generation_failed(&e, ERR_NOMEM, NULL);
+	ck_assert_int_eq(e.status, 503);
+	ck_assert_str_eq(e.type, "service_unavailable_error");
+	buf_deinit(&b);
+}
+END_TEST
+
 START_TEST(test_json_string)
 {
 	struct buf b;
@@ -345,6 +399,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_status_table);
 	tcase_add_test(tc, test_error_bodies);
+	tcase_add_test(tc, test_error_policies);
 	tcase_add_test(tc, test_json_string);
 	tcase_add_test(tc, test_completion_body);
 	tcase_add_test(tc, test_logprobs_shapes);

@@ -63,10 +63,10 @@ export function yamlDocs(text, where) {
 // ---- server facts -------------------------------------------------------------
 
 // { name -> "gauge" | "counter" | "histogram" } from api/metrics_text.h (the
-// names) and server/srv.c (how each is emitted).
+// names) and server/info.c (how each is emitted).
 export function serverMetrics() {
 	const h = read("api/metrics_text.h");
-	const srv = read("server/srv.c");
+	const srv = read("server/info.c");
 	const byMacro = {};
 	for (const m of h.matchAll(/#define\s+(API_M_\w+)\s+"([^"]+)"/g)) byMacro[m[1]] = m[2];
 	if (!Object.keys(byMacro).length) throw new Error("no API_M_* names in api/metrics_text.h");
@@ -75,7 +75,7 @@ export function serverMetrics() {
 		if (new RegExp(`api_metrics_gauge\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "gauge";
 		else if (new RegExp(`api_metrics_counter(_series)?\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "counter";
 		else if (new RegExp(`metrics_hist\\([^,]+,\\s*${macro}\\b`).test(srv)) out[name] = "histogram";
-		else throw new Error(`${macro} (${name}) is not emitted by server/srv.c`);
+		else throw new Error(`${macro} (${name}) is not emitted by server/info.c`);
 	}
 	return out;
 }
@@ -123,19 +123,19 @@ export function serveFlags() {
 	return { flags, defaults, help };
 }
 
-// Routes from server/srv.c's table: { "/health": { method, isPublic } }.
+// Routes from server/routes.c's table: { "/health": { method, isPublic } }.
 export function serverRoutes() {
-	const srv = read("server/srv.c");
+	const srv = read("server/routes.c");
 	const out = {};
 	for (const m of srv.matchAll(/\{\s*"(\/[^"]*)",\s*"([A-Z]+)",\s*([^,]+),\s*\w+\s*\}/g))
 		out[m[1]] = { method: m[2], isPublic: /\bR_PUBLIC\b/.test(m[3]) };
 	return out;
 }
 
-// Seconds of no engine progress after which /health says 503 (server/srv.c).
+// Seconds of no engine progress after which /health says 503 (server/info.c).
 export function stuckAfterSeconds() {
-	const m = /#define\s+STUCK_AFTER_S\s+([0-9.]+)/.exec(read("server/srv.c"));
-	if (!m) throw new Error("STUCK_AFTER_S not found in server/srv.c");
+	const m = /#define\s+STUCK_AFTER_S\s+([0-9.]+)/.exec(read("server/info.c"));
+	if (!m) throw new Error("STUCK_AFTER_S not found in server/info.c");
 	return Number(m[1]);
 }
 

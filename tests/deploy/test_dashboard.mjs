@@ -2,7 +2,7 @@
 // Grafana dashboard (unique panel ids, a 24-column grid without overlaps,
 // every query on the $datasource variable, every variable used defined) whose
 // PromQL uses only the server's series (api/metrics_text.h, typed by how
-// server/srv.c emits them) the right way: counters and histogram series
+// server/info.c emits them) the right way: counters and histogram series
 // through rate(), histogram quantiles from _bucket, gauges as they are. Every
 // server metric is on the dashboard, and the panels the runbook names exist.
 import { Checks, promqlMetrics, read, serverMetrics, seriesNames } from "./lib.mjs";

@@ -18,7 +18,7 @@ const c = new Checks("deploy docker");
 const { flags, defaults } = serveFlags();
 const port = Number(defaults["--port"]);
 c.ok(Number.isInteger(port), `aorta serve --help gives the default port (${port})`);
-c.ok(serverRoutes()["/health"], "server/srv.c routes GET /health");
+c.ok(serverRoutes()["/health"], "server/routes.c routes GET /health");
 
 function lint(file) {
 	let out;

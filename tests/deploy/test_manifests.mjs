@@ -2,7 +2,7 @@
 // chart deploy/helm/aorta rendered with several value sets against the
 // Kubernetes (and Prometheus Operator) API schemas, strictly (unknown fields
 // fail), then checks the values that must agree with the server itself:
-// flags against `aorta serve --help`, probe paths against server/srv.c's
+// flags against `aorta serve --help`, probe paths against server/routes.c's
 // routes, grace period against --shutdown-timeout, metric names against
 // api/metrics_text.h, and the HPA against the prometheus-adapter rule.
 // Also checks that the plain manifests equal the chart's render.
@@ -37,8 +37,8 @@ const dockerUid = (() => {
 	c.ok(errs.some((e) => /unknown field "readinesProbe"/.test(e)), "validator rejects an unknown field");
 }
 
-c.ok(routes["/health"] && routes["/health"].isPublic, "server/srv.c has a public GET /health");
-c.ok(routes["/metrics"], "server/srv.c has GET /metrics");
+c.ok(routes["/health"] && routes["/health"].isPublic, "server/routes.c has a public GET /health");
+c.ok(routes["/metrics"], "server/routes.c has GET /metrics");
 
 // ---- the adapter rule: reads the real gauge, serves the HPA's name -----------
 const rule = adapter.rules && adapter.rules.custom && adapter.rules.custom[0];

@@ -1,7 +1,8 @@
 /* tests/server/test_http.c — server/http.c over loopback with a scripted
  * handler: immediate answers, answers deferred to a timer, chunked streams
- * written from a timer, 413 for large bodies, and on_close for a client that
- * hangs up mid-stream. The client is a raw socket in a second thread. */
+ * written from a timer, 413 for large bodies, the caller's 500 for a handler
+ * that does not answer, and on_close for a client that hangs up mid-stream.
+ * The client is a raw socket in a second thread. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -71,6 +72,8 @@ static void on_request(void *ud, struct http_req *r)
 		http_stream_start(r, 200, "text/event-stream", NULL, 0);
 		h->parked = r;
 		uv_timer_start(&h->timer, on_timer, 5, 0);
+	} else if (!strcmp(path, "/silent")) {
+		/* neither answers nor defers: the transport sends the caller's 500 */
 	} else {
 		http_respond(r, 404, "text/plain", "nope", 4, NULL, 0);
 	}
@@ -150,10 +153,11 @@ static void setup(void)
 	uv_timer_init(&H.loop, &H.timer);
 	H.timer.data = &H;
 	static const char too_large[] = "{\"error\":\"too large\"}";
+	static const char internal[] = "handler bug";
 	struct http_opts o = { .host = "127.0.0.1", .port = 0, .max_body_bytes = 1024,
 			       .max_connections = 16, .connection_timeout_s = 5,
-			       .body_too_large_json = too_large,
-			       .body_too_large_len = sizeof too_large - 1 };
+			       .too_large = { "application/json", too_large, sizeof too_large - 1 },
+			       .internal_error = { "text/x-test", internal, sizeof internal - 1 } };
 	struct http_handler hd = { .ud = &H, .on_request = on_request, .on_close = on_close };
 	char err[256];
 	ck_assert_int_eq(http_server_create(&H.loop, &o, &hd, &H.srv, err, sizeof err), 0);
@@ -230,6 +234,17 @@ START_TEST(test_too_large)
 }
 END_TEST
 
+START_TEST(test_handler_silent)
+{
+	const char req[] = "GET /silent HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	char *resp = roundtrip(H.port, req, sizeof req - 1);
+	ck_assert_msg(strncmp(resp, "HTTP/1.1 500", 12) == 0, "%s", resp);
+	ck_assert_ptr_nonnull(strstr(resp, "Content-Type: text/x-test"));
+	ck_assert_ptr_nonnull(strstr(resp, "\r\n\r\nhandler bug"));
+	free(resp);
+}
+END_TEST
+
 START_TEST(test_client_hangs_up_mid_stream)
 {
 	int fd = connect_port(H.port);
@@ -254,7 +269,7 @@ START_TEST(test_host_name)
 	static const char body[] = "{}";
 	struct http_opts o = { .host = "localhost", .port = 0, .max_body_bytes = 1024,
 			       .max_connections = 4, .connection_timeout_s = 5,
-			       .body_too_large_json = body, .body_too_large_len = 2 };
+			       .too_large = { "application/json", body, 2 } };
 	struct http_handler hd = { .ud = NULL, .on_request = on_request, .on_close = on_close };
 	struct http_server *srv = NULL;
 	char err[256];
@@ -276,6 +291,7 @@ int main(void)
 	tcase_add_test(tc, test_deferred);
 	tcase_add_test(tc, test_stream);
 	tcase_add_test(tc, test_too_large);
+	tcase_add_test(tc, test_handler_silent);
 	tcase_add_test(tc, test_client_hangs_up_mid_stream);
 	suite_add_tcase(s, tc);
 	TCase *tn = tcase_create("names");

@@ -1,14 +1,13 @@
-/* server/gen.c — POST /v1/completions and /v1/chat/completions.
- *
- * One struct srv_session per request: parse (api/) on the loop thread, render
- * the chat template, tokenize on a libuv worker, submit one batcher request per
- * prompt (each with n choices), then turn the batcher's events into either one
- * JSON body or an SSE stream (api_stream enforces the stream protocol). A
- * client that goes away cancels its batcher requests; the session is freed
- * when nothing refers to it any more: the HTTP request, the tokenizer work and
- * every batcher request that has not sent its terminal event yet.
- * Loop thread only, except tokenize_work (a libuv worker), which touches only
- * the session's prompts and read-only objects. Tested in tests/e2e/.
+/* server/session.c — the life of a generation request after it is parsed
+ * (server/completions.c starts it): turn the batcher's events into either
+ * one JSON body or an SSE stream (api_stream enforces the stream protocol),
+ * with logprobs, metrics and the access log. Owns every struct srv_session
+ * (s->sessions) and the uv_async handle the engine thread wakes the loop
+ * with: events are drained here. A client that goes away cancels its batcher
+ * requests; the session is freed when nothing refers to it any more: the
+ * HTTP request, the tokenizer work and every batcher request that has not
+ * sent its terminal event yet. Loop thread only, except on_wake (the
+ * engine thread). Tested in tests/e2e/.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,75 +19,13 @@
 #include "common/log.h"
 #include "batching/finish.h"
 #include "engine/tok/tokenizer.h"
-#include "srv.h"
+#include "session.h"
 
 struct lp_entry {
 	int32_t token;
 	float logprob;
 	int n_top;
 	struct sample_logprob top[SAMPLER_MAX_LOGPROBS];
-};
-
-struct sess_choice {
-	struct buf text;
-	const char *finish;
-	double t_last_token;
-	struct lp_entry *lps;
-	size_t n_lps, cap_lps;
-	int32_t lp_chars; /* streams: the text_offset of the next logprobs entry */
-};
-
-struct sess_prompt {
-	int32_t *ids; /* tokenized prompt (malloc) */
-	size_t n_ids;
-	char *echo;   /* prompt text for echo (malloc), or NULL */
-	size_t echo_len;
-	uint64_t bat_id;
-	bool live; /* submitted and no terminal event yet */
-	bool first_token_seen;
-};
-
-struct srv_session {
-	struct srv *s;
-	struct http_req *r; /* NULL once the HTTP request is over */
-	struct srv_session *prev, *next;
-	bool chat;
-	bool stream_started;
-	bool failed;   /* an ERROR event arrived; answer once every sub is over */
-	bool answered; /* an error was sent before generation: nothing more to send */
-	struct api_error fail;
-	struct api_completion_req creq; /* when parsed && !chat */
-	struct api_chat_req chreq;	/* when parsed && chat */
-	bool parsed;
-	const struct api_sampling *samp;
-	bool has_max_tokens;
-	int32_t max_tokens;
-	int n;	      /* choices per prompt */
-	int logprobs; /* -1 none, else top N alternatives */
-	bool stream, include_usage, echo;
-	int n_prompts;
-	struct sess_prompt *prompts;
-	int n_choices;
-	struct sess_choice *choices;
-	struct sampler_logit_bias *bias;
-	const char **stops;
-	/* chat: the rendered prompt text; encode flags */
-	struct buf chat_text;
-	unsigned enc_flags;
-	/* tokenizer work */
-	uv_work_t work;
-	bool work_pending;
-	int work_rc;
-	int work_bad_prompt;
-	int n_live; /* batcher requests without their terminal event */
-	struct api_stream st;
-	char id[48];
-	int64_t created; /* unix seconds at arrival: the responses' "created" */
-	int64_t prompt_tokens, completion_tokens;
-	bool first_token_seen;
-	double t0;
-	double ttft; /* seconds from arrival to the first token event; 0 = none yet */
-	struct buf out; /* scratch for rendering */
 };
 
 /* ---- lifetime ------------------------------------------------------------------ */
@@ -123,13 +60,13 @@ static void session_free(struct srv_session *x)
 	free(x);
 }
 
-static void session_maybe_free(struct srv_session *x)
+void session_maybe_free(struct srv_session *x)
 {
 	if (!x->r && !x->work_pending && x->n_live == 0)
 		session_free(x);
 }
 
-int gen_n_sessions(const struct srv *s)
+int session_count(const struct srv *s)
 {
 	int n = 0;
 	for (const struct srv_session *x = s->sessions; x; x = x->next)
@@ -137,7 +74,7 @@ int gen_n_sessions(const struct srv *s)
 	return n;
 }
 
-static void cancel_live(struct srv_session *x)
+void session_cancel_live(struct srv_session *x)
 {
 	for (int i = 0; x->prompts && i < x->n_prompts; i++)
 		if (x->prompts[i].live)
@@ -146,8 +83,7 @@ static void cancel_live(struct srv_session *x)
 
 /* ---- answering ------------------------------------------------------------------ */
 
-/* An error before any generation output: answer it and remember that we did. */
-static void early_error(struct srv_session *x, const struct api_error *e)
+void session_early_error(struct srv_session *x, const struct api_error *e)
 {
 	x->answered = true;
 	x->s->m.requests_error++;
@@ -419,11 +355,8 @@ static void on_event(struct srv *s, struct bat_event *ev)
 							 1e-9);
 		} else if (!x->failed) {
 			x->failed = true;
-			api_error_from_err(&x->fail, ev->err, NULL, "generation failed: %s",
-					   ev->msg[0] ? ev->msg : err_str(ev->err));
-			if (x->fail.status < 500) /* an engine failure is the server's fault */
-				x->fail.status = 500, x->fail.type = "server_error";
-			cancel_live(x);
+			api_error_generation_failed(&x->fail, ev->err, ev->msg);
+			session_cancel_live(x);
 		}
 		if (x->prompts[k].live) {
 			x->prompts[k].live = false;
@@ -436,7 +369,8 @@ static void on_event(struct srv *s, struct bat_event *ev)
 	}
 }
 
-void gen_drain_events(struct srv *s)
+/* The batcher woke the loop: drain every event. */
+static void drain_events(struct srv *s)
 {
 	struct bat_event evs[64];
 	int n;
@@ -450,120 +384,48 @@ void gen_drain_events(struct srv *s)
 	}
 }
 
-/* ---- submission -------------------------------------------------------------------- */
+/* ---- the engine thread's wake ------------------------------------------------------- */
 
-static void tokenize_work(uv_work_t *w)
+static void on_async(uv_async_t *a)
 {
-	struct srv_session *x = w->data;
-	const struct tokenizer *tok = x->s->tok;
-	x->work_rc = 0;
-	for (int i = 0; i < x->n_prompts; i++) {
-		struct sess_prompt *p = &x->prompts[i];
-		if (x->chat) {
-			x->work_rc = tok_encode(tok, x->chat_text.data ? x->chat_text.data : "",
-						x->chat_text.len, x->enc_flags, &p->ids, &p->n_ids);
-		} else {
-			const struct api_prompt *ap = &x->creq.prompts[i];
-			if (ap->is_tokens) {
-				p->ids = malloc((ap->n_tokens ? ap->n_tokens : 1) * sizeof *p->ids);
-				if (!p->ids) {
-					x->work_rc = ERR_NOMEM;
-				} else {
-					memcpy(p->ids, ap->tokens, ap->n_tokens * sizeof *p->ids);
-					p->n_ids = ap->n_tokens;
-				}
-				if (!x->work_rc && x->echo) {
-					struct buf t;
-					buf_init(&t);
-					x->work_rc = tok_decode(tok, p->ids, p->n_ids, 0, &t);
-					p->echo = buf_take(&t, &p->echo_len);
-				}
-			} else {
-				x->work_rc = tok_encode(tok, ap->text, ap->text_len, x->enc_flags,
-							&p->ids, &p->n_ids);
-				if (!x->work_rc && x->echo) {
-					p->echo = malloc(ap->text_len + 1);
-					if (p->echo) {
-						memcpy(p->echo, ap->text, ap->text_len + 1);
-						p->echo_len = ap->text_len;
-					}
-				}
-			}
-		}
-		if (x->work_rc) {
-			x->work_bad_prompt = i;
-			return;
-		}
-	}
+	drain_events(a->data);
 }
 
-static void build_params(struct srv_session *x, int32_t max_tokens, struct sampling_params *p)
+/* bat_opts.wake: called on the engine thread. uv_async_send coalesces, so
+ * drain_events empties the whole outbox each time. */
+static void on_wake(void *arg)
 {
-	const struct api_sampling *a = x->samp;
-	sampling_params_init(p);
-	if (a->has_temperature)
-		p->temperature = a->temperature;
-	if (a->has_top_p)
-		p->top_p = a->top_p;
-	if (a->has_top_k)
-		p->top_k = a->top_k == 0 ? -1 : a->top_k;
-	if (a->has_min_p)
-		p->min_p = a->min_p;
-	if (a->has_repetition_penalty)
-		p->repetition_penalty = a->repetition_penalty;
-	p->presence_penalty = a->presence_penalty;
-	p->frequency_penalty = a->frequency_penalty;
-	p->logit_bias = x->bias;
-	p->n_logit_bias = a->n_logit_bias;
-	p->min_tokens = a->min_tokens;
-	p->max_tokens = max_tokens;
-	p->ignore_eos = a->ignore_eos;
-	p->stop_token_ids = a->stop_token_ids;
-	p->n_stop_token_ids = a->n_stop_token_ids;
-	p->stop = x->stops;
-	p->n_stop = a->n_stop;
-	p->has_seed = a->has_seed;
-	p->seed = (uint64_t)a->seed;
-	p->logprobs = x->logprobs;
+	uv_async_send(arg);
 }
 
-static int submit_all(struct srv_session *x, struct api_error *e)
+void session_wake_init(struct srv *s)
 {
-	struct srv *s = x->s;
-	for (int i = 0; i < x->n_prompts; i++) {
-		struct sess_prompt *p = &x->prompts[i];
-		int32_t mt;
-		if (api_resolve_max_tokens(x->has_max_tokens, x->max_tokens, p->n_ids,
-					   s->max_model_len, &s->limits, x->chat, &mt, e))
-			return -1;
-		struct bat_request br = {
-			.id = s->next_bat_id++,
-			.prompt = p->ids,
-			.n_prompt = (int)p->n_ids,
-			.n = x->n,
-			.user = x,
-		};
-		build_params(x, mt, &br.params);
-		struct diag d = { 0 };
-		int rc = bat_submit(s->bat, &br, &d);
-		if (rc == ERR_FULL) {
-			api_error_queue_full(e, 1);
-			return -1;
-		}
-		if (rc) {
-			api_error_from_err(e, rc, NULL, "%s", d.msg[0] ? d.msg : err_str(rc));
-			if (e->status >= 500 && rc != ERR_STATE)
-				e->status = 400, e->type = "invalid_request_error";
-			return -1;
-		}
-		p->bat_id = br.id;
-		p->live = true;
-		x->n_live++;
-	}
-	return 0;
+	uv_async_init(s->loop, &s->wake, on_async);
+	s->wake.data = s;
 }
 
-static void start_stream(struct srv_session *x)
+void session_wake_opts(struct srv *s, struct bat_opts *bo)
+{
+	bo->wake = on_wake;
+	bo->wake_arg = &s->wake;
+}
+
+void session_wake_unref(struct srv *s)
+{
+	/* the batcher thread may still wake the loop (uv_async_send on a closed
+	 * handle aborts): the handle stays open, out of the loop's count, until
+	 * the engine thread is joined (session_wake_close) */
+	uv_unref((uv_handle_t *)&s->wake);
+}
+
+void session_wake_close(struct srv *s)
+{
+	uv_close((uv_handle_t *)&s->wake, NULL);
+}
+
+/* ---- starting ----------------------------------------------------------------------- */
+
+void session_start_stream(struct srv_session *x)
 {
 	struct srv *s = x->s;
 	struct api_meta meta = { x->id, s->model_name, x->created };
@@ -593,45 +455,7 @@ static void start_stream(struct srv_session *x)
 	}
 }
 
-static void tokenize_done(uv_work_t *w, int status)
-{
-	struct srv_session *x = w->data;
-	struct srv *s = x->s;
-	x->work_pending = false;
-	if (!x->r || !s->bat) {
-		if (x->r) {
-			struct api_error e;
-			api_error_unavailable(&e, "the server is shutting down", 0);
-			early_error(x, &e);
-		}
-		session_maybe_free(x);
-		return;
-	}
-	struct api_error e;
-	if (status || x->work_rc) {
-		int rc = status ? ERR_CANCELLED : x->work_rc;
-		api_error_from_err(&e, rc, x->chat ? "messages" : "prompt",
-				   "cannot tokenize prompt %d: %s", x->work_bad_prompt, err_str(rc));
-		early_error(x, &e);
-		return;
-	}
-	if (submit_all(x, &e)) {
-		cancel_live(x);
-		early_error(x, &e);
-		return; /* freed when the cancelled requests report back and the request closes */
-	}
-	if (x->echo)
-		for (int i = 0; i < x->n_choices; i++) {
-			const struct sess_prompt *p = &x->prompts[i / x->n];
-			if (p->echo)
-				buf_append(&x->choices[i].text, p->echo, p->echo_len);
-		}
-	if (x->stream)
-		start_stream(x);
-}
-
-/* A new session for r, or NULL after answering 503 (out of memory). */
-static struct srv_session *session_new(struct srv *s, struct http_req *r, bool chat)
+struct srv_session *session_new(struct srv *s, struct http_req *r, bool chat)
 {
 	struct srv_session *x = calloc(1, sizeof *x);
 	if (!x) {
@@ -657,127 +481,9 @@ static struct srv_session *session_new(struct srv *s, struct http_req *r, bool c
 	return x;
 }
 
-/* Everything after parsing, shared by both endpoints. */
-static void session_start(struct srv_session *x, const char *model)
-{
-	struct srv *s = x->s;
-	struct api_error e;
-	if (model && strcmp(model, s->model_name) != 0) {
-		api_error_model_not_found(&e, model);
-		early_error(x, &e);
-		return;
-	}
-	const struct api_sampling *a = x->samp;
-	if (x->stream && (int64_t)x->n_prompts * x->n > API_MAX_N_HARD) {
-		api_error_set(&e, ERR_RANGE, 400, NULL, "n", NULL,
-			      "a stream carries at most %d choices (prompts x n = %d)", API_MAX_N_HARD,
-			      x->n_prompts * x->n);
-		early_error(x, &e);
-		return;
-	}
-	x->prompts = calloc((size_t)x->n_prompts, sizeof *x->prompts);
-	x->n_choices = x->n_prompts * x->n;
-	x->choices = calloc((size_t)x->n_choices, sizeof *x->choices);
-	x->bias = calloc((size_t)a->n_logit_bias + 1, sizeof *x->bias);
-	x->stops = calloc((size_t)a->n_stop + 1, sizeof *x->stops);
-	if (!x->prompts || !x->choices || !x->bias || !x->stops) {
-		api_error_from_err(&e, ERR_NOMEM, NULL, "out of memory");
-		early_error(x, &e);
-		return;
-	}
-	for (int i = 0; i < x->n_choices; i++)
-		buf_init(&x->choices[i].text);
-	for (int i = 0; i < a->n_logit_bias; i++)
-		x->bias[i] = (struct sampler_logit_bias){ a->bias_token[i], a->bias_value[i] };
-	for (int i = 0; i < a->n_stop; i++)
-		x->stops[i] = a->stop[i];
-	/* check the sampling fields now, so a bad one is a 400 before any work */
-	struct sampling_params p;
-	build_params(x, -1, &p);
-	struct diag d = { 0 };
-	int rc = sampling_params_validate(&p, s->limits.n_vocab, &d);
-	if (rc) {
-		api_error_from_err(&e, rc, NULL, "%s", d.msg[0] ? d.msg : err_str(rc));
-		if (e.status >= 500)
-			e.status = 400, e.type = "invalid_request_error";
-		early_error(x, &e);
-		return;
-	}
-	x->work.data = x;
-	x->work_pending = true;
-	http_defer(x->r);
-	uv_queue_work(s->loop, &x->work, tokenize_work, tokenize_done);
-}
-
-void gen_handle_completion(struct srv *s, struct http_req *r)
-{
-	struct srv_session *x = session_new(s, r, false);
-	if (!x)
-		return;
-	struct api_error e;
-	size_t len;
-	const char *body = http_req_body(r, &len);
-	if (api_parse_completion(body, len, &s->limits, &x->creq, &e)) {
-		early_error(x, &e);
-		return;
-	}
-	x->parsed = true;
-	if (x->creq.echo && x->creq.logprobs >= 0) {
-		api_error_set(&e, ERR_UNSUPPORTED, 400, NULL, "echo", NULL,
-			      "echo together with logprobs (prompt logprobs) is not supported");
-		early_error(x, &e);
-		return;
-	}
-	x->samp = &x->creq.s;
-	x->has_max_tokens = x->creq.has_max_tokens;
-	x->max_tokens = x->creq.max_tokens;
-	x->n = x->creq.n;
-	x->logprobs = x->creq.logprobs;
-	x->stream = x->creq.stream;
-	x->include_usage = x->creq.include_usage;
-	x->echo = x->creq.echo;
-	x->n_prompts = x->creq.n_prompts;
-	/* completions: HF tokenizers add BOS and read special-token text (vLLM's default) */
-	x->enc_flags = (x->creq.add_special_tokens ? TOK_ADD_SPECIAL : 0) | TOK_PARSE_SPECIAL;
-	session_start(x, x->creq.model);
-}
-
-void gen_handle_chat(struct srv *s, struct http_req *r)
-{
-	struct srv_session *x = session_new(s, r, true);
-	if (!x)
-		return;
-	struct api_error e;
-	size_t len;
-	const char *body = http_req_body(r, &len);
-	if (api_parse_chat(body, len, &s->limits, &x->chreq, &e)) {
-		early_error(x, &e);
-		return;
-	}
-	x->parsed = true;
-	bool has_bos = false;
-	if (api_chat_render(&s->tmpl, x->chreq.msgs, x->chreq.n_msgs,
-			    x->chreq.add_generation_prompt, &x->chat_text, &has_bos, &e)) {
-		early_error(x, &e);
-		return;
-	}
-	x->samp = &x->chreq.s;
-	x->has_max_tokens = x->chreq.has_max_tokens;
-	x->max_tokens = x->chreq.max_tokens;
-	x->n = x->chreq.n;
-	x->logprobs = x->chreq.logprobs ? x->chreq.top_logprobs : -1;
-	x->stream = x->chreq.stream;
-	x->include_usage = x->chreq.include_usage;
-	x->n_prompts = 1;
-	/* the template text carries the special tokens (and BOS, when it emits it) */
-	x->enc_flags = TOK_PARSE_SPECIAL |
-		       (has_bos || !x->chreq.add_special_tokens ? 0 : TOK_ADD_SPECIAL);
-	session_start(x, x->chreq.model);
-}
-
 /* ---- closing ------------------------------------------------------------------------ */
 
-void gen_on_close(struct srv *s, struct http_req *r, bool completed)
+void session_on_close(struct srv *s, struct http_req *r, bool completed)
 {
 	struct srv_session *x = http_req_ctx(r);
 	double ms = (clock_now_s() - x->t0) * 1000.0;
@@ -789,19 +495,19 @@ void gen_on_close(struct srv *s, struct http_req *r, bool completed)
 		 x->ttft * 1000.0, ms, completed ? "" : " client_gone=1");
 	x->r = NULL;
 	if (x->n_live)
-		cancel_live(x); /* the client went away: free its KV blocks at the next step */
+		session_cancel_live(x); /* the client went away: free its KV blocks at the next step */
 	(void)s;
 	session_maybe_free(x);
 }
 
-void gen_abort_all(struct srv *s)
+void session_abort_all(struct srv *s)
 {
 	struct api_error e;
 	api_error_unavailable(&e, "the server is shutting down", 0);
 	struct srv_session *x = s->sessions;
 	while (x) {
 		struct srv_session *next = x->next;
-		cancel_live(x);
+		session_cancel_live(x);
 		x->n_live = 0; /* the batcher is going away: no terminal events will come */
 		for (int i = 0; x->prompts && i < x->n_prompts; i++)
 			x->prompts[i].live = false;

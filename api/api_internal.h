@@ -58,4 +58,7 @@ int api__to_string(struct api__jp *p, const cJSON *it, const char *param, char *
 int api__json_double(struct buf *out, double v);
 int api__json_float(struct buf *out, float v);
 
+/* errors.c: the error's OpenAI type (its own, or the one for its status) */
+const char *api_error_type(const struct api_error *e);
+
 #endif

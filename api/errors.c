@@ -1,8 +1,9 @@
 /* api/errors.c — the one place where ERR_* codes and situations become HTTP
  * statuses: the ERR_* table, the canned errors the server and its transport
  * send (400, 401, 404, 405, 413, 415, 429, 500, 503), the policies for a
- * rejected submission and a failed generation, and the OpenAI error body
- * {"error":{"message","type","param","code"}}.
+ * rejected submission and a failed generation, and the OpenAI error type of
+ * each status. The body {"error":{"message","type","param","code"}} is
+ * rendered by response.c (api_render_error).
  * Tests: tests/api/test_api_render.c.
  */
 #include <inttypes.h>
@@ -183,22 +184,7 @@ void api_error_generation_failed(struct api_error *e, int err, const char *msg)
 		e->status = 500, e->type = "server_error";
 }
 
-int api_render_error(struct buf *out, const struct api_error *e)
+const char *api_error_type(const struct api_error *e)
 {
-	int rc = buf_append_str(out, "{\"error\":{\"message\":");
-	rc = rc ? rc : api_json_string(out, e->message, strlen(e->message));
-	rc = rc ? rc : buf_append_str(out, ",\"type\":");
-	const char *type = e->type ? e->type : type_for_status(e->status);
-	rc = rc ? rc : api_json_string(out, type, strlen(type));
-	rc = rc ? rc : buf_append_str(out, ",\"param\":");
-	if (!rc && e->param[0])
-		rc = api_json_string(out, e->param, strlen(e->param));
-	else if (!rc)
-		rc = buf_append_str(out, "null");
-	rc = rc ? rc : buf_append_str(out, ",\"code\":");
-	if (!rc && e->code)
-		rc = api_json_string(out, e->code, strlen(e->code));
-	else if (!rc)
-		rc = buf_append_str(out, "null");
-	return rc ? rc : buf_append_str(out, "}}");
+	return e->type ? e->type : type_for_status(e->status);
 }

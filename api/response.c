@@ -1,5 +1,6 @@
 /* api/response.c — C results -> OpenAI response bodies: completions and chat
  * completions (whole and as SSE chunks), logprobs objects, usage, /v1/models,
+ * the OpenAI error body,
  * /tokenize and /detokenize, and the stream state machine (struct
  * api_stream) that keeps a stream well-formed. JSON is written directly into
  * a struct buf (no cJSON tree), with api_json_string() guaranteeing valid
@@ -392,4 +393,25 @@ int api_stream_error(struct api_stream *s, struct buf *o, const struct api_error
 	}
 	s->done = true;
 	return 0;
+}
+
+/* {"error":{"message","type","param","code"}}, as OpenAI sends it */
+int api_render_error(struct buf *out, const struct api_error *e)
+{
+	int rc = buf_append_str(out, "{\"error\":{\"message\":");
+	rc = rc ? rc : api_json_string(out, e->message, strlen(e->message));
+	rc = rc ? rc : buf_append_str(out, ",\"type\":");
+	const char *type = api_error_type(e);
+	rc = rc ? rc : api_json_string(out, type, strlen(type));
+	rc = rc ? rc : buf_append_str(out, ",\"param\":");
+	if (!rc && e->param[0])
+		rc = api_json_string(out, e->param, strlen(e->param));
+	else if (!rc)
+		rc = buf_append_str(out, "null");
+	rc = rc ? rc : buf_append_str(out, ",\"code\":");
+	if (!rc && e->code)
+		rc = api_json_string(out, e->code, strlen(e->code));
+	else if (!rc)
+		rc = buf_append_str(out, "null");
+	return rc ? rc : buf_append_str(out, "}}");
 }

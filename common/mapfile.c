@@ -47,6 +47,11 @@ int mapfile_read(const char *path, size_t max, char **out, size_t *len, struct d
 	FILE *fp = fopen(path, "rb");
 	if (!fp)
 		return diag_set(d, ERR_NOTFOUND, "%s: cannot open", path);
+	struct stat st;
+	if (fstat(fileno(fp), &st) || !S_ISREG(st.st_mode)) {
+		fclose(fp);
+		return diag_set(d, ERR_IO, "%s: not a regular file", path);
+	}
 	struct buf b;
 	buf_init(&b);
 	char chunk[65536];

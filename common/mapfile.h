@@ -19,7 +19,7 @@ int mapfile_open(const char *path, size_t min_size, const char *what, const void
 void mapfile_close(const void *data, size_t size);
 /* Read a small file whole (config files, JSON) into a malloc'd buffer,
  * NUL-terminated, that the caller frees: ERR_NOTFOUND when it cannot be
- * opened, ERR_TOO_LARGE past max bytes, ERR_IO, ERR_NOMEM. */
+ * opened, ERR_IO when it is not a regular file, ERR_TOO_LARGE past max bytes, ERR_IO, ERR_NOMEM. */
 int mapfile_read(const char *path, size_t max, char **out, size_t *len, struct diag *d);
 
 #endif

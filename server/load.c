@@ -12,6 +12,7 @@
 #include "batching/engine_thread.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/mapfile.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
 #include "engine/tok/tokenizer.h"
@@ -40,7 +41,7 @@ static enum dtype compute_dtype_for(const char *name, const struct model *m)
 	return m->cfg.n_layers > 0 && m->w.layers[0].wq.dtype == DT_BF16 ? DT_BF16 : DT_F16;
 }
 
-void load_model(struct srv *s)
+void load_engine(struct srv *s)
 {
 	struct diag d = { 0 };
 	int rc;
@@ -117,34 +118,14 @@ void load_model(struct srv *s)
 		 s->cfg.block_size, dtype_name(kvt), s->max_model_len);
 }
 
-static int read_file(const char *path, char **out)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -1;
-	struct buf b;
-	buf_init(&b);
-	char tmp[4096];
-	size_t n;
-	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-		if (buf_append(&b, tmp, n) || b.len > (16u << 20)) {
-			fclose(f);
-			buf_deinit(&b);
-			return -1;
-		}
-	}
-	fclose(f);
-	*out = buf_take(&b, NULL);
-	return *out ? 0 : -1;
-}
-
 int load_template_file(struct srv *s)
 {
 	const struct srv_config *cfg = &s->cfg;
 	if (!cfg->chat_template)
 		return 0;
-	if (read_file(cfg->chat_template, &s->template_text)) {
-		fprintf(stderr, "aorta serve: cannot read --chat-template %s\n", cfg->chat_template);
+	struct diag d = { 0 };
+	if (mapfile_read(cfg->chat_template, 16u << 20, &s->template_text, NULL, &d)) {
+		fprintf(stderr, "aorta serve: cannot read --chat-template: %s\n", d.msg);
 		return -1;
 	}
 	/* asked for by name: serve it or say why not, never a silent
@@ -158,7 +139,7 @@ int load_template_file(struct srv *s)
 			"llama2, mistral, gemma, gemma2, qwen3 and chatml families (it "
 			"has no Jinja interpreter)\n",
 			cfg->chat_template,
-			empty ? "empty (or not a regular file)"
+			empty ? "empty"
 			      : "not a template of a family aorta renders");
 		return -1;
 	}

@@ -29,7 +29,7 @@ static void close_all(struct srv *s);
 
 static void on_load_work(uv_work_t *w)
 {
-	load_model(w->data);
+	load_engine(w->data);
 }
 
 static void load_done(uv_work_t *w, int status)

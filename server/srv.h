@@ -140,8 +140,8 @@ void routes_handler(struct srv *s, struct http_handler *h);
 int load_template_file(struct srv *s);
 /* libuv worker: model, tokenizer and engine into s; s->load_error says why
  * not. */
-void load_model(struct srv *s);
-/* Loop thread, after load_model succeeded: the chat template and the
+void load_engine(struct srv *s);
+/* Loop thread, after load_engine succeeded: the chat template and the
  * batcher; 0 or the ERR_* it logged. */
 int load_finish(struct srv *s);
 

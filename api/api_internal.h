@@ -58,6 +58,28 @@ int api__to_string(struct api__jp *p, const cJSON *it, const char *param, char *
 int api__json_double(struct buf *out, double v);
 int api__json_float(struct buf *out, float v);
 
+/* request_fields.c: the fields request bodies share (see there). Each
+ * returns 0 or the ERR_* of a 400 it wrote into p->err, naming the field;
+ * *has (where given) says whether the key was present. */
+int api__oom(struct api__jp *p);
+void *api__alloc_array(struct api__jp *p, size_t n, size_t size);
+int api__get_double_in(struct api__jp *p, const cJSON *obj, const char *key, double lo,
+		       bool lo_open, double hi, bool *has, float *out);
+int api__get_int_in(struct api__jp *p, const cJSON *obj, const char *key, int64_t lo,
+		    int64_t hi, bool *has, int64_t *out);
+int api__get_bool(struct api__jp *p, const cJSON *obj, const char *key, const char *param,
+		  bool *has, bool *out);
+int api__get_string(struct api__jp *p, const cJSON *obj, const char *key, char **out,
+		    size_t *len);
+int api__to_token_array(struct api__jp *p, const cJSON *arr, const char *param, size_t n_max,
+			bool allow_empty, int32_t **out, size_t *n_out);
+int api__parse_sampling(struct api__jp *p, const cJSON *root, struct api_sampling *s);
+int api__parse_common(struct api__jp *p, const cJSON *root, char **model, bool *stream,
+		      bool *include_usage, int *n, char **user);
+int api__refuse_unimplemented(struct api__jp *p, const cJSON *root, int n);
+int api__check_min_tokens(struct api__jp *p, const struct api_sampling *s, bool has_max,
+			  int32_t max_tokens);
+
 /* errors.c: the error's OpenAI type (its own, or the one for its status) */
 const char *api_error_type(const struct api_error *e);
 

@@ -1,6 +1,7 @@
 /* api/request.c — request bodies -> C structs: POST /v1/completions,
  * POST /v1/chat/completions, POST /tokenize, POST /detokenize, and the
- * prompt-plus-max_tokens check against the context. Every rejected field is
+ * prompt-plus-max_tokens check against the context; the fields they share
+ * are parsed by request_fields.c. Every rejected field is
  * a 400 that names it (param) and says what was expected. Ranges follow
  * OpenAI, with vLLM's extensions (top_k, min_p, repetition_penalty,
  * ignore_eos, min_tokens, stop_token_ids). Tests: tests/api/test_api_parse.c.
@@ -44,358 +45,6 @@ const char *api_role_str(enum api_role r)
 	return "unknown";
 }
 
-static int oom(struct api__jp *p)
-{
-	return api_error_from_err(p->err, ERR_NOMEM, NULL, "out of memory parsing the request");
-}
-
-static void *alloc_array(struct api__jp *p, size_t n, size_t size)
-{
-	/* arena_calloc checks n * size for overflow and returns NULL. */
-	return arena_calloc(p->a, n ? n : 1, size);
-}
-
-/* ---- small typed getters: member + conversion + range ------------------- */
-
-static int get_double_in(struct api__jp *p, const cJSON *obj, const char *key, double lo,
-			 bool lo_open, double hi, bool *has, float *out)
-{
-	const cJSON *it;
-	double v;
-	int rc = api__member(p, obj, key, key, &it);
-	if (rc || !it)
-		return rc;
-	if ((rc = api__to_double(p, it, key, &v)))
-		return rc;
-	if (v < lo || (lo_open && v == lo) || v > hi)
-		return api__bad_code(p, ERR_RANGE, key, "'%s' must be in %c%g, %g], got %g", key,
-				     lo_open ? '(' : '[', lo, hi, v);
-	*out = (float)v;
-	if (has)
-		*has = true;
-	return 0;
-}
-
-static int get_int_in(struct api__jp *p, const cJSON *obj, const char *key, int64_t lo,
-		      int64_t hi, bool *has, int64_t *out)
-{
-	const cJSON *it;
-	int rc = api__member(p, obj, key, key, &it);
-	if (rc || !it)
-		return rc;
-	if ((rc = api__to_int(p, it, key, lo, hi, out)))
-		return rc;
-	if (has)
-		*has = true;
-	return 0;
-}
-
-static int get_bool(struct api__jp *p, const cJSON *obj, const char *key, const char *param,
-		    bool *has, bool *out)
-{
-	const cJSON *it;
-	int rc = api__member(p, obj, key, param, &it);
-	if (rc || !it)
-		return rc;
-	if ((rc = api__to_bool(p, it, param, out)))
-		return rc;
-	if (has)
-		*has = true;
-	return 0;
-}
-
-static int get_string(struct api__jp *p, const cJSON *obj, const char *key, char **out,
-		      size_t *len)
-{
-	const cJSON *it;
-	int rc = api__member(p, obj, key, key, &it);
-	if (rc || !it)
-		return rc;
-	return api__to_string(p, it, key, out, len);
-}
-
-static int32_t max_token_id(const struct api_limits *lim)
-{
-	return lim->n_vocab > 0 ? lim->n_vocab - 1 : INT32_MAX;
-}
-
-static int to_token_id(struct api__jp *p, const cJSON *it, const char *param, int32_t *out)
-{
-	int64_t v;
-	int rc = api__to_int(p, it, param, 0, max_token_id(p->lim), &v);
-	if (rc)
-		return rc;
-	*out = (int32_t)v;
-	return 0;
-}
-
-/* An array of token ids; n_max bounds its length. */
-static int to_token_array(struct api__jp *p, const cJSON *arr, const char *param, size_t n_max,
-			  bool allow_empty, int32_t **out, size_t *n_out)
-{
-	if (!cJSON_IsArray(arr))
-		return api__bad(p, param, "'%s' must be an array of token ids", param);
-	size_t n = 0;
-	for (const cJSON *c = arr->child; c; c = c->next)
-		if (++n > n_max)
-			return api__bad_code(p, ERR_TOO_LARGE, param,
-					     "'%s' has more than %zu tokens", param, n_max);
-	if (!n && !allow_empty)
-		return api__bad(p, param, "'%s' must not be empty", param);
-	int32_t *t = alloc_array(p, n, sizeof *t);
-	if (!t)
-		return oom(p);
-	size_t i = 0;
-	double hi = (double)max_token_id(p->lim);
-	for (const cJSON *c = arr->child; c; c = c->next, i++) {
-		/* Fast path for the common case; the field name is only
-		 * formatted when there is an error to report. */
-		double v = c->valuedouble;
-		if (cJSON_IsNumber(c) && v >= 0 && v <= hi && v == (double)(int32_t)v) {
-			t[i] = (int32_t)v;
-			continue;
-		}
-		char sub[96];
-		snprintf(sub, sizeof sub, "%s[%zu]", param, i);
-		int rc = to_token_id(p, c, sub, &t[i]);
-		if (rc)
-			return rc;
-	}
-	*out = t;
-	*n_out = n;
-	return 0;
-}
-
-/* ---- sampling fields ----------------------------------------------------- */
-
-static int parse_stop(struct api__jp *p, const cJSON *root, struct api_sampling *s)
-{
-	const cJSON *it;
-	int rc = api__member(p, root, "stop", "stop", &it);
-	if (rc || !it)
-		return rc;
-	int n = 0;
-	if (cJSON_IsString(it)) {
-		n = 1;
-	} else if (cJSON_IsArray(it)) {
-		for (const cJSON *c = it->child; c; c = c->next)
-			if (++n > p->lim->max_stop)
-				return api__bad_code(p, ERR_RANGE, "stop",
-						     "'stop' has more than %d strings",
-						     p->lim->max_stop);
-	} else {
-		return api__bad(p, "stop", "'stop' must be a string or an array of strings");
-	}
-	s->stop = alloc_array(p, (size_t)n, sizeof *s->stop);
-	s->stop_len = alloc_array(p, (size_t)n, sizeof *s->stop_len);
-	if (!s->stop || !s->stop_len)
-		return oom(p);
-	const cJSON *c = cJSON_IsString(it) ? it : it->child;
-	char param[32];
-	for (int i = 0; i < n; i++, c = c->next) {
-		if (cJSON_IsString(it))
-			snprintf(param, sizeof param, "stop");
-		else
-			snprintf(param, sizeof param, "stop[%d]", i);
-		if ((rc = api__to_string(p, c, param, &s->stop[i], &s->stop_len[i])))
-			return rc;
-		if (s->stop_len[i] == 0)
-			return api__bad(p, param, "'%s' must not be an empty string", param);
-		if (s->stop_len[i] > p->lim->max_stop_len)
-			return api__bad_code(p, ERR_RANGE, param,
-					     "'%s' is longer than %zu bytes", param,
-					     p->lim->max_stop_len);
-	}
-	s->n_stop = n;
-	return 0;
-}
-
-/* logit_bias: {"<token id>": bias in [-100, 100], ...} */
-static int parse_logit_bias(struct api__jp *p, const cJSON *root, struct api_sampling *s)
-{
-	const cJSON *it;
-	int rc = api__member(p, root, "logit_bias", "logit_bias", &it);
-	if (rc || !it)
-		return rc;
-	if (!cJSON_IsObject(it))
-		return api__bad(p, "logit_bias",
-				"'logit_bias' must be an object mapping token ids to numbers");
-	int n = 0;
-	for (const cJSON *c = it->child; c; c = c->next)
-		if (++n > p->lim->max_logit_bias)
-			return api__bad_code(p, ERR_RANGE, "logit_bias",
-					     "'logit_bias' has more than %d entries",
-					     p->lim->max_logit_bias);
-	s->bias_token = alloc_array(p, (size_t)n, sizeof *s->bias_token);
-	s->bias_value = alloc_array(p, (size_t)n, sizeof *s->bias_value);
-	if (!s->bias_token || !s->bias_value)
-		return oom(p);
-	int i = 0;
-	for (const cJSON *c = it->child; c; c = c->next, i++) {
-		const char *k = c->string ? c->string : "";
-		char param[96];
-		snprintf(param, sizeof param, "logit_bias.%.60s", k);
-		/* Decimal digits only, so "1e3", "-1" and " 7" are refused. */
-		size_t kl = strlen(k);
-		int64_t id = 0;
-		bool ok = kl > 0 && kl <= 10;
-		for (size_t j = 0; ok && j < kl; j++) {
-			if (k[j] < '0' || k[j] > '9')
-				ok = false;
-			else
-				id = id * 10 + (k[j] - '0');
-		}
-		if (!ok || id > max_token_id(p->lim))
-			return api__bad(p, param,
-					"logit_bias keys must be token ids (decimal strings in [0, %d]), got '%.60s'",
-					max_token_id(p->lim), k);
-		for (int j = 0; j < i; j++)
-			if (s->bias_token[j] == (int32_t)id)
-				return api__bad(p, param, "logit_bias has token %lld twice",
-						(long long)id);
-		double v;
-		if ((rc = api__to_double(p, c, param, &v)))
-			return rc;
-		if (v < -100 || v > 100)
-			return api__bad_code(p, ERR_RANGE, param,
-					     "logit_bias values must be in [-100, 100], got %g", v);
-		s->bias_token[i] = (int32_t)id;
-		s->bias_value[i] = (float)v;
-	}
-	s->n_logit_bias = n;
-	return 0;
-}
-
-static int parse_sampling(struct api__jp *p, const cJSON *root, struct api_sampling *s)
-{
-	int rc;
-	int64_t v;
-	bool has;
-	if ((rc = get_double_in(p, root, "temperature", 0, false, 2, &s->has_temperature,
-				&s->temperature)) ||
-	    (rc = get_double_in(p, root, "top_p", 0, true, 1, &s->has_top_p, &s->top_p)) ||
-	    (rc = get_double_in(p, root, "min_p", 0, false, 1, &s->has_min_p, &s->min_p)) ||
-	    (rc = get_double_in(p, root, "repetition_penalty", 0, true, 1e6,
-				&s->has_repetition_penalty, &s->repetition_penalty)) ||
-	    (rc = get_double_in(p, root, "presence_penalty", -2, false, 2, NULL,
-				&s->presence_penalty)) ||
-	    (rc = get_double_in(p, root, "frequency_penalty", -2, false, 2, NULL,
-				&s->frequency_penalty)))
-		return rc;
-	has = false;
-	if ((rc = get_int_in(p, root, "top_k", -1, INT32_MAX, &has, &v)))
-		return rc;
-	if (has) {
-		s->has_top_k = true;
-		s->top_k = (int32_t)v;
-	}
-	if (p->has_seed_text) { /* exact past 2^53, where the double is not */
-		s->has_seed = true;
-		s->seed = p->seed_text;
-	} else if ((rc = get_int_in(p, root, "seed", INT64_MIN, INT64_MAX, &s->has_seed,
-				    &s->seed))) {
-		return rc;
-	}
-	if ((rc = get_bool(p, root, "ignore_eos", "ignore_eos", NULL, &s->ignore_eos)))
-		return rc;
-	has = false;
-	if ((rc = get_int_in(p, root, "min_tokens", 0, INT32_MAX, &has, &v)))
-		return rc;
-	s->min_tokens = has ? (int32_t)v : 0;
-	if ((rc = parse_stop(p, root, s)) || (rc = parse_logit_bias(p, root, s)))
-		return rc;
-	const cJSON *it;
-	if ((rc = api__member(p, root, "stop_token_ids", "stop_token_ids", &it)))
-		return rc;
-	if (it) {
-		size_t n = 0;
-		rc = to_token_array(p, it, "stop_token_ids", (size_t)p->lim->max_stop_token_ids,
-				    true, &s->stop_token_ids, &n);
-		if (rc)
-			return rc;
-		s->n_stop_token_ids = (int)n;
-	}
-	return 0;
-}
-
-/* stream, stream_options.include_usage, n, user, model: both endpoints. */
-static int parse_common(struct api__jp *p, const cJSON *root, char **model, bool *stream,
-			bool *include_usage, int *n, char **user)
-{
-	int rc;
-	int64_t v;
-	bool has = false;
-	if ((rc = get_string(p, root, "model", model, NULL)) ||
-	    (rc = get_string(p, root, "user", user, NULL)) ||
-	    (rc = get_bool(p, root, "stream", "stream", NULL, stream)) ||
-	    (rc = get_int_in(p, root, "n", 1,
-			     p->lim->max_n < API_MAX_N_HARD ? p->lim->max_n : API_MAX_N_HARD, &has,
-			     &v)))
-		return rc;
-	*n = has ? (int)v : 1;
-	const cJSON *so;
-	if ((rc = api__member(p, root, "stream_options", "stream_options", &so)))
-		return rc;
-	if (so) {
-		if (!cJSON_IsObject(so))
-			return api__bad(p, "stream_options", "'stream_options' must be an object");
-		if (!*stream)
-			return api__bad(p, "stream_options",
-					"'stream_options' is only allowed when 'stream' is true");
-		if ((rc = get_bool(p, so, "include_usage", "stream_options.include_usage", NULL,
-				   include_usage)))
-			return rc;
-	}
-	return 0;
-}
-
-/* Fields vLLM reads that we do not implement: refused (400) rather than
- * silently ignored, where their value asks for something. */
-static int refuse_unimplemented(struct api__jp *p, const cJSON *root, int n)
-{
-	static const char *const switches[] = {"use_beam_search", "include_stop_str_in_output"};
-	static const char *const guided[] = {"guided_json", "guided_regex", "guided_choice",
-					     "guided_grammar", "structured_outputs"};
-	int rc;
-	int64_t v;
-	bool has = false, on = false;
-	if ((rc = get_int_in(p, root, "best_of", 1, API_MAX_N_HARD, &has, &v)))
-		return rc;
-	if (has && v < n)
-		return api__bad(p, "best_of", "'best_of' (%lld) must be at least 'n' (%d)",
-				(long long)v, n);
-	if (has && v > n)
-		return api__bad_code(p, ERR_UNSUPPORTED, "best_of",
-				     "'best_of' larger than 'n' is not supported");
-	for (size_t i = 0; i < sizeof switches / sizeof *switches; i++) {
-		on = false;
-		if ((rc = get_bool(p, root, switches[i], switches[i], NULL, &on)))
-			return rc;
-		if (on)
-			return api__bad_code(p, ERR_UNSUPPORTED, switches[i],
-					     "'%s' is not supported", switches[i]);
-	}
-	for (size_t i = 0; i < sizeof guided / sizeof *guided; i++) {
-		const cJSON *g;
-		if ((rc = api__member(p, root, guided[i], guided[i], &g)))
-			return rc;
-		if (g && !cJSON_IsNull(g))
-			return api__bad_code(p, ERR_UNSUPPORTED, guided[i],
-					     "'%s' (structured output) is not supported", guided[i]);
-	}
-	return 0;
-}
-
-static int check_min_tokens(struct api__jp *p, const struct api_sampling *s, bool has_max,
-			    int32_t max_tokens)
-{
-	if (has_max && s->min_tokens > max_tokens)
-		return api__bad_code(p, ERR_RANGE, "min_tokens",
-				     "'min_tokens' (%d) must not exceed 'max_tokens' (%d)",
-				     s->min_tokens, max_tokens);
-	return 0;
-}
-
 /* ---- /v1/completions ----------------------------------------------------- */
 
 static int parse_prompt(struct api__jp *p, const cJSON *root, struct api_completion_req *r)
@@ -407,9 +56,9 @@ static int parse_prompt(struct api__jp *p, const cJSON *root, struct api_complet
 	if (!it)
 		return api__bad(p, "prompt", "'prompt' is required");
 	if (cJSON_IsString(it)) {
-		r->prompts = alloc_array(p, 1, sizeof *r->prompts);
+		r->prompts = api__alloc_array(p, 1, sizeof *r->prompts);
 		if (!r->prompts)
-			return oom(p);
+			return api__oom(p);
 		r->n_prompts = 1;
 		return api__to_string(p, it, "prompt", &r->prompts[0].text,
 				      &r->prompts[0].text_len);
@@ -418,12 +67,12 @@ static int parse_prompt(struct api__jp *p, const cJSON *root, struct api_complet
 		return api__bad(p, "prompt",
 				"'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays (non-empty)");
 	if (cJSON_IsNumber(it->child)) {
-		r->prompts = alloc_array(p, 1, sizeof *r->prompts);
+		r->prompts = api__alloc_array(p, 1, sizeof *r->prompts);
 		if (!r->prompts)
-			return oom(p);
+			return api__oom(p);
 		r->n_prompts = 1;
 		r->prompts[0].is_tokens = true;
-		return to_token_array(p, it, "prompt", p->lim->max_prompt_tokens, false,
+		return api__to_token_array(p, it, "prompt", p->lim->max_prompt_tokens, false,
 				      &r->prompts[0].tokens, &r->prompts[0].n_tokens);
 	}
 	int n = 0;
@@ -432,9 +81,9 @@ static int parse_prompt(struct api__jp *p, const cJSON *root, struct api_complet
 			return api__bad_code(p, ERR_RANGE, "prompt",
 					     "'prompt' has more than %d prompts",
 					     p->lim->max_prompts);
-	r->prompts = alloc_array(p, (size_t)n, sizeof *r->prompts);
+	r->prompts = api__alloc_array(p, (size_t)n, sizeof *r->prompts);
 	if (!r->prompts)
-		return oom(p);
+		return api__oom(p);
 	r->n_prompts = n;
 	bool strings = cJSON_IsString(it->child);
 	int i = 0;
@@ -452,7 +101,7 @@ static int parse_prompt(struct api__jp *p, const cJSON *root, struct api_complet
 				return api__bad(p, param, "'%s' must be an array of token ids",
 						param);
 			pr->is_tokens = true;
-			rc = to_token_array(p, c, param, p->lim->max_prompt_tokens, false,
+			rc = api__to_token_array(p, c, param, p->lim->max_prompt_tokens, false,
 					    &pr->tokens, &pr->n_tokens);
 		}
 		if (rc)
@@ -465,24 +114,24 @@ static int completion_body(struct api__jp *p, const cJSON *root, struct api_comp
 {
 	int rc;
 	int64_t v;
-	if ((rc = parse_common(p, root, &r->model, &r->stream, &r->include_usage, &r->n,
+	if ((rc = api__parse_common(p, root, &r->model, &r->stream, &r->include_usage, &r->n,
 			       &r->user)) ||
-	    (rc = parse_prompt(p, root, r)) || (rc = parse_sampling(p, root, &r->s)) ||
-	    (rc = get_bool(p, root, "echo", "echo", NULL, &r->echo)) ||
-	    (rc = refuse_unimplemented(p, root, r->n)))
+	    (rc = parse_prompt(p, root, r)) || (rc = api__parse_sampling(p, root, &r->s)) ||
+	    (rc = api__get_bool(p, root, "echo", "echo", NULL, &r->echo)) ||
+	    (rc = api__refuse_unimplemented(p, root, r->n)))
 		return rc;
 	r->add_special_tokens = true;
-	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
+	if ((rc = api__get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
 			   &r->add_special_tokens)))
 		return rc;
 	/* max_tokens 0 only makes sense with echo (score the prompt, as
 	 * lm-evaluation-harness does). */
-	if ((rc = get_int_in(p, root, "max_tokens", r->echo ? 0 : 1, p->lim->max_tokens,
+	if ((rc = api__get_int_in(p, root, "max_tokens", r->echo ? 0 : 1, p->lim->max_tokens,
 			     &r->has_max_tokens, &v)))
 		return rc;
 	r->max_tokens = (int32_t)v;
 	bool has_lp = false;
-	if ((rc = get_int_in(p, root, "logprobs", 0, API_MAX_LOGPROBS, &has_lp, &v)))
+	if ((rc = api__get_int_in(p, root, "logprobs", 0, API_MAX_LOGPROBS, &has_lp, &v)))
 		return rc;
 	r->logprobs = has_lp ? (int)v : -1;
 	const cJSON *suffix;
@@ -490,7 +139,7 @@ static int completion_body(struct api__jp *p, const cJSON *root, struct api_comp
 		return rc;
 	if (suffix && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
 		return api__bad_code(p, ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
-	return check_min_tokens(p, &r->s, r->has_max_tokens, r->max_tokens);
+	return api__check_min_tokens(p, &r->s, r->has_max_tokens, r->max_tokens);
 }
 
 /* ---- chat messages -------------------------------------------------------- */
@@ -536,10 +185,10 @@ static int parse_content(struct api__jp *p, const cJSON *m, int i, struct api_ch
 		return api__bad(p, param, "'%s' is required", param);
 	}
 	if (cJSON_IsString(it)) {
-		msg->parts = alloc_array(p, 1, sizeof *msg->parts);
-		msg->part_len = alloc_array(p, 1, sizeof *msg->part_len);
+		msg->parts = api__alloc_array(p, 1, sizeof *msg->parts);
+		msg->part_len = api__alloc_array(p, 1, sizeof *msg->part_len);
 		if (!msg->parts || !msg->part_len)
-			return oom(p);
+			return api__oom(p);
 		msg->n_parts = 1;
 		return api__to_string(p, it, param, &msg->parts[0], &msg->part_len[0]);
 	}
@@ -552,10 +201,10 @@ static int parse_content(struct api__jp *p, const cJSON *m, int i, struct api_ch
 			return api__bad_code(p, ERR_RANGE, param, "'%s' has more than %d parts",
 					     param, p->lim->max_content_parts);
 	msg->content_is_array = true;
-	msg->parts = alloc_array(p, (size_t)n, sizeof *msg->parts);
-	msg->part_len = alloc_array(p, (size_t)n, sizeof *msg->part_len);
+	msg->parts = api__alloc_array(p, (size_t)n, sizeof *msg->parts);
+	msg->part_len = api__alloc_array(p, (size_t)n, sizeof *msg->part_len);
 	if (!msg->parts || !msg->part_len)
-		return oom(p);
+		return api__oom(p);
 	int j = 0;
 	for (const cJSON *c = it->child; c; c = c->next, j++) {
 		char pp[112], tp[128];
@@ -601,9 +250,9 @@ static int parse_messages(struct api__jp *p, const cJSON *root, struct api_chat_
 			return api__bad_code(p, ERR_RANGE, "messages",
 					     "'messages' has more than %d messages",
 					     p->lim->max_messages);
-	struct api_chat_msg *msgs = alloc_array(p, (size_t)n, sizeof *msgs);
+	struct api_chat_msg *msgs = api__alloc_array(p, (size_t)n, sizeof *msgs);
 	if (!msgs)
-		return oom(p);
+		return api__oom(p);
 	int i = 0;
 	for (const cJSON *c = it->child; c; c = c->next, i++) {
 		char param[64];
@@ -636,13 +285,13 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 {
 	int rc;
 	int64_t v;
-	if ((rc = parse_common(p, root, &r->model, &r->stream, &r->include_usage, &r->n,
+	if ((rc = api__parse_common(p, root, &r->model, &r->stream, &r->include_usage, &r->n,
 			       &r->user)) ||
 	    (rc = parse_messages(p, root, &r->msgs, &r->n_msgs)) ||
-	    (rc = parse_sampling(p, root, &r->s)) || (rc = refuse_unimplemented(p, root, r->n)))
+	    (rc = api__parse_sampling(p, root, &r->s)) || (rc = api__refuse_unimplemented(p, root, r->n)))
 		return rc;
 	r->add_special_tokens = true;
-	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
+	if ((rc = api__get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
 			   &r->add_special_tokens)))
 		return rc;
 	const cJSON *tools;
@@ -663,9 +312,9 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 				"which are not supported");
 	r->add_generation_prompt = true;
 	bool cont = false;
-	if ((rc = get_bool(p, root, "add_generation_prompt", "add_generation_prompt", NULL,
+	if ((rc = api__get_bool(p, root, "add_generation_prompt", "add_generation_prompt", NULL,
 			   &r->add_generation_prompt)) ||
-	    (rc = get_bool(p, root, "continue_final_message", "continue_final_message", NULL,
+	    (rc = api__get_bool(p, root, "continue_final_message", "continue_final_message", NULL,
 			   &cont)))
 		return rc;
 	if (cont)
@@ -689,11 +338,11 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 					     rft->valuestring);
 	}
 	bool has_mct = false;
-	if ((rc = get_int_in(p, root, "max_tokens", 1, p->lim->max_tokens, &r->has_max_tokens,
+	if ((rc = api__get_int_in(p, root, "max_tokens", 1, p->lim->max_tokens, &r->has_max_tokens,
 			     &v)))
 		return rc;
 	r->max_tokens = (int32_t)v;
-	if ((rc = get_int_in(p, root, "max_completion_tokens", 1, p->lim->max_tokens, &has_mct,
+	if ((rc = api__get_int_in(p, root, "max_completion_tokens", 1, p->lim->max_tokens, &has_mct,
 			     &v)))
 		return rc;
 	if (has_mct) {
@@ -701,13 +350,13 @@ static int chat_body(struct api__jp *p, const cJSON *root, struct api_chat_req *
 		r->max_tokens = (int32_t)v;
 	}
 	bool has_top = false;
-	if ((rc = get_bool(p, root, "logprobs", "logprobs", NULL, &r->logprobs)) ||
-	    (rc = get_int_in(p, root, "top_logprobs", 0, API_MAX_LOGPROBS, &has_top, &v)))
+	if ((rc = api__get_bool(p, root, "logprobs", "logprobs", NULL, &r->logprobs)) ||
+	    (rc = api__get_int_in(p, root, "top_logprobs", 0, API_MAX_LOGPROBS, &has_top, &v)))
 		return rc;
 	r->top_logprobs = has_top ? (int)v : 0;
 	if (r->top_logprobs > 0 && !r->logprobs)
 		return api__bad(p, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
-	return check_min_tokens(p, &r->s, r->has_max_tokens, r->max_tokens);
+	return api__check_min_tokens(p, &r->s, r->has_max_tokens, r->max_tokens);
 }
 
 /* ---- /tokenize and /detokenize -------------------------------------------- */
@@ -716,7 +365,7 @@ static int tokenize_body(struct api__jp *p, const cJSON *root, struct api_tokeni
 {
 	int rc;
 	const cJSON *pr, *msgs;
-	if ((rc = get_string(p, root, "model", &r->model, NULL)) ||
+	if ((rc = api__get_string(p, root, "model", &r->model, NULL)) ||
 	    (rc = api__member(p, root, "prompt", "prompt", &pr)) ||
 	    (rc = api__member(p, root, "messages", "messages", &msgs)))
 		return rc;
@@ -733,11 +382,11 @@ static int tokenize_body(struct api__jp *p, const cJSON *root, struct api_tokeni
 	} else if ((rc = parse_messages(p, root, &r->msgs, &r->n_msgs))) {
 		return rc;
 	}
-	if ((rc = get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
+	if ((rc = api__get_bool(p, root, "add_special_tokens", "add_special_tokens", NULL,
 			   &r->add_special_tokens)) ||
-	    (rc = get_bool(p, root, "add_generation_prompt", "add_generation_prompt", NULL,
+	    (rc = api__get_bool(p, root, "add_generation_prompt", "add_generation_prompt", NULL,
 			   &r->add_generation_prompt)) ||
-	    (rc = get_bool(p, root, "return_token_strs", "return_token_strs", NULL,
+	    (rc = api__get_bool(p, root, "return_token_strs", "return_token_strs", NULL,
 			   &r->return_token_strs)))
 		return rc;
 	return 0;
@@ -747,12 +396,12 @@ static int detokenize_body(struct api__jp *p, const cJSON *root, struct api_deto
 {
 	int rc;
 	const cJSON *t;
-	if ((rc = get_string(p, root, "model", &r->model, NULL)) ||
+	if ((rc = api__get_string(p, root, "model", &r->model, NULL)) ||
 	    (rc = api__member(p, root, "tokens", "tokens", &t)))
 		return rc;
 	if (!t)
 		return api__bad(p, "tokens", "'tokens' is required");
-	return to_token_array(p, t, "tokens", p->lim->max_prompt_tokens, true, &r->tokens,
+	return api__to_token_array(p, t, "tokens", p->lim->max_prompt_tokens, true, &r->tokens,
 			      &r->n_tokens);
 }
 

@@ -19,7 +19,7 @@ lib_src=(
   "$root/engine/model/gguf.c" "$root/engine/model/safetensors.c" "$root/engine/model/model_config.c"
   "$root/common/err.c" "$root/common/buf.c" "$root/common/mapfile.c" "$root/common/utf8.c" "$root/kernels/dtype.c"
   # api/ (fuzz_api): parsers, renderers, chat templates
-  "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/response.c"
+  "$root/api/json.c" "$root/api/errors.c" "$root/api/request.c" "$root/api/request_fields.c" "$root/api/response.c"
   "$root/api/chat_template.c" "$root/common/arena.c"
   # tokenizer (fuzz_tokenizer; loads the fixture tokenizers from $AORTA_FIXTURES)
   "$root"/engine/tok/tok_*.c "$root/engine/model/gguf_write.c"

@@ -10,8 +10,11 @@
  * bucket order), so the same u gives the same token. What may differ is the
  * rounding of double sums taken in another order (about 1e-16 relative), i.e.
  * a different token only when u * mass lies that close to a cumulative
- * boundary. The plain C reference is k_sample_ref (kernels/cpu/sample_ref.h);
- * the host side that fills the rows is engine/sample/sampler.h (sampler_device_row);
+ * boundary. Every rule of the chain has one copy, kernels/sample_seq.h, that
+ * sampler.c, the reference and the kernel all call. The plain C reference is
+ * k_sample_ref (kernels/cpu/sample_ref.h, sample_seq.h's sequential chain
+ * over these rows); the host side that fills the rows is
+ * engine/sample/sampler.h (sampler_device_row);
  * tests: tests/sampling/test_sample_device.c (reference vs sampler_sample)
  * and tests/kernels/test_cuda_sample.c (k_sample vs k_sample_ref).
  *

@@ -1,12 +1,14 @@
 /* engine/sample/sampler.c — the sampler chain described in sampler.h.
  *
- * Hot path for a large vocabulary: one pass to scale and find the max, one
- * SIMD pass of exp (skipped when top_k bounds the set and no logprobs are
- * asked), then truncation without sorting the vocabulary: a k-heap for small
- * top_k, a logit histogram for large top_k and for top_p (only the bucket
- * where the kept prefix ends is selected or sorted), and block sums for the
- * final inverse-CDF draw. Penalties touch only the tokens in the sparse table.
- * Test: tests/sampling/test_sampler.c (chi-square against exact
+ * Owns the parameters' validation, the per-sequence state (sparse token
+ * table, stream), the device rows, and two SIMD passes; every rule of the
+ * chain is kernels/sample_seq.h's (shared with the GPU kernel and its
+ * reference). Hot path for a large vocabulary: one pass to scale and find the
+ * max, one SIMD pass of exp (sample_seq.h's steps on 4 lanes; skipped when
+ * top_k bounds the set and no logprobs are asked), then ks_sample_truncated:
+ * a k-heap for small top_k, logit buckets for large top_k and top_p, block
+ * sums for the final inverse-CDF draw. Penalties touch only the tokens in the
+ * sparse table. Test: tests/sampling/test_sampler.c (chi-square against exact
  * distributions, hand-computed penalties, seeds, logprobs).
  */
 #include "engine/sample/sampler.h"
@@ -18,6 +20,12 @@
 
 #include "common/checked.h"
 #include "common/utf8.h"
+#include "kernels/sample_seq.h"
+
+_Static_assert(SAMPLER__NB == KS_NB && SAMPLER__BLOCK == KS_BLOCK, "scratch sizes differ");
+_Static_assert((int)SAMPLER_LOGIT_BIAS_MAX - (int)KS_BIAS_MAX == 0 &&
+		       (int)SAMPLER_LOGPROB_MIN - (int)KS_LOGPROB_MIN == 0,
+	       "reported limits differ");
 
 void sampling_params_init(struct sampling_params *p)
 {
@@ -229,91 +237,6 @@ void sampler_scratch_deinit(struct sampler_scratch *sc)
 	memset(sc, 0, sizeof(*sc));
 }
 
-/* ---- ordering: logit descending, then id ascending (a strict total order,
- * since ids are distinct; NaN has been replaced by -inf before any compare) -- */
-
-static inline bool before(const float *l, int32_t a, int32_t b)
-{
-	return l[a] > l[b] || (l[a] == l[b] && a < b);
-}
-
-static void insertion_sort(int32_t *v, int n, const float *l)
-{
-	for (int i = 1; i < n; i++) {
-		int32_t x = v[i];
-		int j = i;
-		while (j > 0 && before(l, x, v[j - 1])) {
-			v[j] = v[j - 1];
-			j--;
-		}
-		v[j] = x;
-	}
-}
-
-/* Lomuto partition of v[0..n) around a pivot chosen by a fixed local xorshift
- * (deterministic, and not the request's stream). Returns the pivot's index. */
-static int partition(int32_t *v, int n, const float *l, uint32_t *pr)
-{
-	*pr ^= *pr << 13;
-	*pr ^= *pr >> 17;
-	*pr ^= *pr << 5;
-	int pi = (int)(*pr % (uint32_t)n);
-	int32_t pivot = v[pi];
-	v[pi] = v[n - 1];
-	v[n - 1] = pivot;
-	int store = 0;
-	for (int i = 0; i < n - 1; i++) {
-		if (before(l, v[i], pivot)) {
-			int32_t t = v[i];
-			v[i] = v[store];
-			v[store] = t;
-			store++;
-		}
-	}
-	v[n - 1] = v[store];
-	v[store] = pivot;
-	return store;
-}
-
-/* Rearrange v[0..n) so v[0..k) holds the k first elements of the order (in
- * any order). Expected O(n). */
-static void select_top(int32_t *v, int n, int k, const float *l)
-{
-	uint32_t pr = 0x9E3779B9u;
-	while (n > 16 && k > 0 && k < n) {
-		int m = partition(v, n, l, &pr);
-		if (m == k || m + 1 == k)
-			return;
-		if (m > k) {
-			n = m;
-		} else {
-			v += m + 1;
-			n -= m + 1;
-			k -= m + 1;
-		}
-	}
-	if (k > 0 && k < n)
-		insertion_sort(v, n, l);
-}
-
-static void sort_desc(int32_t *v, int n, const float *l)
-{
-	uint32_t pr = 0x85EBCA6Bu;
-	while (n > 16) {
-		int m = partition(v, n, l, &pr);
-		/* recurse into the smaller side, loop on the larger: O(log n) stack */
-		if (m < n - m - 1) {
-			sort_desc(v, m, l);
-			v += m + 1;
-			n -= m + 1;
-		} else {
-			sort_desc(v + m + 1, n - m - 1, l);
-			n = m;
-		}
-	}
-	insertion_sort(v, n, l);
-}
-
 /* ---- the chain ----------------------------------------------------------- */
 
 static void apply_min_tokens(const struct sampling_params *p, const struct sampler_state *s,
@@ -336,14 +259,9 @@ static void apply_logit_bias(const struct sampling_params *p, float *logits, int
 {
 	for (int i = 0; i < p->n_logit_bias; i++) {
 		int32_t t = p->logit_bias[i].token;
-		float b = p->logit_bias[i].bias;
-		if (t < 0 || t >= vocab || isnan(b))
+		if (t < 0 || t >= vocab)
 			continue; /* validate() rejects these; never write out of range */
-		if (b > SAMPLER_LOGIT_BIAS_MAX)
-			b = SAMPLER_LOGIT_BIAS_MAX;
-		if (b < -SAMPLER_LOGIT_BIAS_MAX)
-			b = -SAMPLER_LOGIT_BIAS_MAX;
-		logits[t] += b;
+		logits[t] = ks_biased(logits[t], p->logit_bias[i].bias);
 	}
 }
 
@@ -357,25 +275,15 @@ static void apply_penalties(const struct sampling_params *p, const struct sample
 		const struct sampler__count *c = &s->slots[i];
 		if (c->token < 0 || c->token >= vocab)
 			continue;
-		float x = logits[c->token];
-		if (r != 1.0f && (c->in_prompt || c->n_gen > 0))
-			x = x > 0.0f ? x / r : x * r;
-		if (c->n_gen > 0)
-			x -= p->frequency_penalty * (float)c->n_gen + p->presence_penalty;
-		logits[c->token] = x;
+		logits[c->token] = ks_penalized(logits[c->token], r, p->frequency_penalty,
+						p->presence_penalty, c->in_prompt, c->n_gen);
 	}
 }
 
-/* Replace NaN with -inf and +inf with FLT_MAX (so exp(l - max) stays finite). */
 static void sanitize(float *logits, int vocab)
 {
-	for (int i = 0; i < vocab; i++) {
-		float x = logits[i];
-		if (isnan(x))
-			logits[i] = -INFINITY;
-		else if (x > FLT_MAX)
-			logits[i] = FLT_MAX;
-	}
+	for (int i = 0; i < vocab; i++)
+		logits[i] = ks_clean(logits[i]);
 }
 
 /* 4-lane GCC/Clang vector types for the passes over the whole vocabulary: at
@@ -388,8 +296,9 @@ static inline v4f v4f_splat(float x)
 	return (v4f){ x, x, x, x };
 }
 
-/* Scale by inv_t (sanitized) and return the max and its lowest index. One
- * vector pass plus a short scan for the index in the common all-finite case. */
+/* Scale by inv_t (sanitized: ks_scaled) and return the max and its lowest
+ * index. One vector pass that only detects NaN and +inf, plus a short scan
+ * for the index in the common all-finite case. */
 static float scale_and_argmax(float *logits, int vocab, float inv_t, int32_t *arg)
 {
 	v4f vinv = v4f_splat(inv_t), vmx = v4f_splat(-INFINITY), vbig = v4f_splat(FLT_MAX);
@@ -422,45 +331,33 @@ static float scale_and_argmax(float *logits, int vocab, float inv_t, int32_t *ar
 		for (i = 0; i < vocab; i++)
 			mx = logits[i] > mx ? logits[i] : mx;
 	}
-	int32_t best = 0;
-	while (best < vocab - 1 && logits[best] != mx)
-		best++;
-	*arg = best;
+	*arg = ks_first_max(logits, vocab, mx);
 	return mx;
 }
 
-/* exp(x) for x <= 0 with relative error below 3e-7, exactly 0 below -87 (so
- * a -inf logit has weight 0): x = k ln2 + r with |r| <= ln2/2, exp(r) by its
- * degree-6 Taylor polynomial (remainder |r|^7/7! < 1.3e-7), 2^k assembled in
- * the exponent bits. Vectorized by hand because a libm call per token neither
- * inlines nor vectorizes and the exp pass is the largest cost of sampling a
- * 150k vocabulary. */
+/* sample_seq.h's exp approximation on four lanes. Vectorized by hand because
+ * a libm call per token neither inlines nor vectorizes and the exp pass is the
+ * largest cost of sampling a 150k vocabulary. */
 static inline v4f exp_nonpos4(v4f x)
 {
-	v4i small = x < v4f_splat(-87.0f); /* -1 where the result is 0 */
-	v4f xc = (v4f)(((v4i)x & ~small) | ((v4i)v4f_splat(-87.0f) & small));
-	v4f kf = xc * 1.44269504f + 12582912.0f; /* 1.5 * 2^23: round to nearest */
-	kf -= 12582912.0f;
-	v4f r = xc - kf * 0.693145752f - kf * 1.42860677e-6f; /* ln2 split hi + lo */
-	v4f p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 +
-		r * (1.0f / 120 + r * (1.0f / 720))))));
-	v4i bits = (__builtin_convertvector(kf, v4i) + 127) << 23;
+	v4i small = x < v4f_splat(KS_EXP_MIN); /* -1 where the result is 0 */
+	v4f xc = (v4f)(((v4i)x & ~small) | ((v4i)v4f_splat(KS_EXP_MIN) & small));
+	v4f kf = KS_EXP_ROUND(xc);
+	v4f r = KS_EXP_REDUCE(xc, kf);
+	v4f p = KS_EXP_POLY(r);
+	v4i bits = KS_EXP_BITS(__builtin_convertvector(kf, v4i));
 	return (v4f)((v4i)(p * (v4f)bits) & ~small);
 }
 
-static inline float exp_nonpos(float x)
-{
-	return exp_nonpos4(v4f_splat(x))[0];
-}
-
-/* prob[i] = exp(l[i] - mx); block_mass[b] = sum of block b (SAMPLER__BLOCK
- * tokens, a multiple of 8). Returns the total in double. */
+/* sample_seq.h's ks_exp_pass on four lanes: prob[i] = exp(l[i] - mx);
+ * block_mass[b] = sum of block b (KS_BLOCK tokens, a multiple of 8), as
+ * ks_block_sum adds it. Returns the total in double. */
 static double exp_pass(float *prob, const float *l, int vocab, float mx, double *block_mass)
 {
 	double total = 0.0;
 	v4f vmx = v4f_splat(mx);
-	for (int b0 = 0, blk = 0; b0 < vocab; b0 += SAMPLER__BLOCK, blk++) {
-		int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
+	for (int b0 = 0, blk = 0; b0 < vocab; b0 += KS_BLOCK, blk++) {
+		int end = vocab - b0 < KS_BLOCK ? vocab : b0 + KS_BLOCK;
 		v4f acc0 = v4f_splat(0.0f), acc1 = acc0;
 		int i = b0;
 		for (; i + 8 <= end; i += 8) {
@@ -475,322 +372,43 @@ static double exp_pass(float *prob, const float *l, int vocab, float mx, double 
 		}
 		double bs = 0.0;
 		for (; i < end; i++) {
-			prob[i] = exp_nonpos(l[i] - mx);
+			prob[i] = ks_exp_nonpos(l[i] - mx);
 			bs += (double)prob[i];
 		}
-		bs += ((double)acc0[0] + acc0[1]) + ((double)acc0[2] + acc0[3]) +
-		      (((double)acc1[0] + acc1[1]) + ((double)acc1[2] + acc1[3]));
+		bs += KS_LANES_SUM(acc0, acc1);
 		block_mass[blk] = bs;
 		total += bs;
 	}
 	return total;
 }
 
-/* Inverse CDF over the whole vocabulary using the block sums: find the block
- * where the running mass passes target, then the token inside it. */
-static int32_t draw_all(const float *prob, int vocab, const double *block_mass, double target)
-{
-	double cum = 0.0;
-	int last_blk = -1;
-	for (int b0 = 0, blk = 0; b0 < vocab; b0 += SAMPLER__BLOCK, blk++) {
-		double bs = block_mass[blk];
-		if (bs <= 0.0)
-			continue;
-		last_blk = blk;
-		if (cum + bs > target) {
-			int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
-			double c = cum;
-			for (int i = b0; i < end; i++) {
-				if (prob[i] <= 0.0f)
-					continue;
-				c += (double)prob[i];
-				if (c > target)
-					return i;
-			}
-			/* the block's rounded sum overshot its exact walk: go on */
-		}
-		cum += bs;
-	}
-	/* target rounded up to the total: the last token with weight */
-	if (last_blk < 0)
-		return -1;
-	int b0 = last_blk * SAMPLER__BLOCK;
-	int end = vocab - b0 < SAMPLER__BLOCK ? vocab : b0 + SAMPLER__BLOCK;
-	for (int i = end - 1; i >= b0; i--)
-		if (prob[i] > 0.0f)
-			return i;
-	return -1;
-}
-
-/* JSON has no -inf: report at least SAMPLER_LOGPROB_MIN, as vLLM does. */
-static float lp_clamp(double lp)
-{
-	return lp > (double)SAMPLER_LOGPROB_MIN ? (float)lp : SAMPLER_LOGPROB_MIN;
-}
-
 static void fill_logprobs(const struct sampling_params *p, const float *logits, int vocab,
 			  double logz, struct sample_result *out)
 {
-	int32_t tok = out->token;
-	float lt = logits[tok];
-	out->logprob = lp_clamp((double)lt - logz);
-	int rank = 1;
-	int n = p->logprobs;
-	int have = 0;
 	int32_t top[SAMPLER_MAX_LOGPROBS];
-	for (int i = 0; i < vocab; i++) {
-		if (logits[i] > lt)
-			rank++;
-		if (n == 0)
-			continue;
-		if (have == n && !before(logits, i, top[n - 1]))
-			continue;
-		int j = have < n ? have++ : n - 1;
-		while (j > 0 && before(logits, i, top[j - 1])) {
-			top[j] = top[j - 1];
-			j--;
-		}
-		top[j] = i;
-	}
-	out->rank = rank;
-	out->n_top = have;
-	for (int i = 0; i < have; i++) {
+	out->logprob = ks_lp_clamp((double)logits[out->token] - logz);
+	out->rank = ks_rank_top(logits, vocab, out->token, p->logprobs, top, &out->n_top);
+	for (int i = 0; i < out->n_top; i++) {
 		out->top[i].token = top[i];
-		out->top[i].logprob = lp_clamp((double)logits[top[i]] - logz);
+		out->top[i].logprob = ks_lp_clamp((double)logits[top[i]] - logz);
 	}
 }
 
-/* ---- truncation by logit histogram --------------------------------------
- * top_k and top_p both ask for a most-likely prefix of the candidates. Rather
- * than sorting, bucket each candidate by (max - logit): buckets are monotone in
- * the order, so every bucket before the one where the prefix ends is kept
- * whole and only that one bucket needs selecting or sorting. */
-
-#define SAMPLER__HEAP_K 1024 /* top_k up to this uses a heap, above it the histogram */
-
-static inline int bucket_of(float mx, float x)
-{
-	/* mx >= x, both sanitized; x = -inf gives +inf, i.e. the last bucket */
-	float b = (mx - x) * ((float)SAMPLER__NB / SAMPLER__NATS);
-	return b < (float)(SAMPLER__NB - 1) ? (int)b : SAMPLER__NB - 1;
-}
-
-/* A candidate list: ids[0..n), or all of 0..n-1 when ids is NULL. */
-struct cands {
-	int32_t *ids;
-	int n;
-};
-
-static inline int32_t cand_at(const struct cands *c, int i)
-{
-	return c->ids ? c->ids[i] : i;
-}
-
-/* Copy the candidates in buckets < B to dst[0..), those in bucket B to
- * dst[n_before..); returns how many are in B. */
-static int gather(const struct cands *c, const float *l, float mx, int B, int32_t *dst,
-		  int n_before)
-{
-	int lo = 0, eq = n_before;
-	for (int i = 0; i < c->n; i++) {
-		int32_t t = cand_at(c, i);
-		int b = bucket_of(mx, l[t]);
-		if (b < B)
-			dst[lo++] = t;
-		else if (b == B)
-			dst[eq++] = t;
-	}
-	return eq - n_before;
-}
-
-/* Heap of ids whose root is the last of them in the order. */
-static void heap_sift_down(int32_t *h, int n, int i, const float *l)
-{
-	for (;;) {
-		int w = i, a = 2 * i + 1, b = a + 1;
-		if (a < n && before(l, h[w], h[a]))
-			w = a;
-		if (b < n && before(l, h[w], h[b]))
-			w = b;
-		if (w == i)
-			return;
-		int32_t t = h[i];
-		h[i] = h[w];
-		h[w] = t;
-		i = w;
-	}
-}
-
-/* top_k for small k: one pass that mostly compares against the heap root;
- * for model logits only O(k log(n/k)) tokens ever enter the heap. */
-static void truncate_top_k_heap(struct cands *c, int k, const float *l, int32_t *spare)
-{
-	for (int i = 0; i < k; i++)
-		spare[i] = cand_at(c, i);
-	for (int i = k / 2 - 1; i >= 0; i--)
-		heap_sift_down(spare, k, i, l);
-	for (int i = k; i < c->n; i++) {
-		int32_t t = cand_at(c, i);
-		if (before(l, t, spare[0])) {
-			spare[0] = t;
-			heap_sift_down(spare, k, 0, l);
-		}
-	}
-	c->ids = spare;
-	c->n = k;
-}
-
-/* top_k for large k: keep the k first candidates in the order (0 < k < c->n).
- * The result goes to `spare`, which must not alias c->ids. */
-static void truncate_top_k(struct cands *c, int k, const float *l, float mx,
-			   struct sampler_scratch *sc, int32_t *spare)
-{
-	uint32_t *hn = sc->hist_n;
-	memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
-	for (int i = 0; i < c->n; i++)
-		hn[bucket_of(mx, l[cand_at(c, i)])]++;
-	int B = 0, n_before = 0;
-	while (B < SAMPLER__NB - 1 && n_before + (int)hn[B] < k)
-		n_before += (int)hn[B++];
-	int n_eq = gather(c, l, mx, B, spare, n_before);
-	select_top(spare + n_before, n_eq, k - n_before, l);
-	c->ids = spare;
-	c->n = k;
-}
-
-/* Peaked distributions (the usual case) have a tiny nucleus: look for it
- * among the 64 most likely candidates first (one cheap heap pass). True when
- * found; then c is the nucleus, in spare. */
-static bool top_p_head(struct cands *c, double target, const float *l,
-		       const struct sampler_scratch *sc, int32_t *spare)
-{
-	enum { HEAD = 64 };
-	struct cands head = *c;
-	truncate_top_k_heap(&head, HEAD, l, spare);
-	sort_desc(spare, HEAD, l);
-	double cum = 0.0;
-	for (int j = 0; j < HEAD; j++) {
-		cum += (double)sc->prob[spare[j]];
-		if (cum >= target) {
-			c->ids = spare;
-			c->n = j + 1;
-			return true;
-		}
-	}
-	return false;
-}
-
-/* Keep the smallest most-likely prefix whose mass reaches top_p * mass. */
-static void truncate_top_p(struct cands *c, float top_p, double mass, const float *l, float mx,
-			   struct sampler_scratch *sc, int32_t *spare)
-{
-	double target = (double)top_p * mass, cum = 0.0;
-	int n_before = 0, n_eq;
-	int32_t *seg = spare;
-	if (c->n <= 256) {
-		/* small set (after top_k, say): sorting it all is cheapest */
-		for (int i = 0; i < c->n; i++)
-			spare[i] = cand_at(c, i);
-		n_eq = c->n;
-	} else {
-		if (top_p_head(c, target, l, sc, spare))
-			return;
-		uint32_t *hn = sc->hist_n;
-		double *hm = sc->hist_mass;
-		memset(hn, 0, sizeof(*hn) * SAMPLER__NB);
-		memset(hm, 0, sizeof(*hm) * SAMPLER__NB);
-		for (int i = 0; i < c->n; i++) {
-			int32_t t = cand_at(c, i);
-			int b = bucket_of(mx, l[t]);
-			hn[b]++;
-			hm[b] += (double)sc->prob[t];
-		}
-		int B = 0;
-		while (B < SAMPLER__NB && cum + hm[B] < target) {
-			cum += hm[B];
-			n_before += (int)hn[B++];
-		}
-		if (B == SAMPLER__NB)
-			return; /* rounding: the whole set is the nucleus */
-		n_eq = gather(c, l, mx, B, spare, n_before);
-		seg = spare + n_before;
-	}
-	sort_desc(seg, n_eq, l);
-	int keep = n_before + n_eq;
-	for (int j = 0; j < n_eq; j++) {
-		cum += (double)sc->prob[seg[j]];
-		if (cum >= target) {
-			keep = n_before + j + 1;
-			break;
-		}
-	}
-	c->ids = spare;
-	c->n = keep;
-}
-
-/* Steps 6-9 of the chain: truncate and draw. Needs sc->prob[t] = exp(l[t] -
- * mx) for every t when have_all_probs, else computes it for the survivors of
- * min_p and top_k. total = sum of prob[] in index order when have_all_probs. */
+/* Steps 6-9 of the chain (sample_seq.h's ks_sample_truncated) in sc. */
 static int32_t sample_truncated(const struct sampling_params *p, const float *l, int vocab,
 				float mx, struct sampler_scratch *sc, bool have_all_probs,
 				double total, double u)
 {
-	float *prob = sc->prob;
-	int32_t *bufs[2] = { sc->idx, sc->tmp };
-	int cur = 0;
-	struct cands c = { NULL, vocab };
-
-	if (p->min_p > 0.0f) {
-		/* prob / max_prob = exp(l - mx) >= min_p */
-		float thr = mx + logf(p->min_p);
-		int n = 0;
-		for (int i = 0; i < vocab; i++)
-			if (l[i] >= thr)
-				bufs[cur][n++] = i;
-		c.ids = bufs[cur];
-		c.n = n;
-	}
-	if (p->top_k > 0 && p->top_k < c.n) {
-		cur ^= c.ids != NULL; /* write into the buffer c does not use */
-		if (p->top_k <= SAMPLER__HEAP_K)
-			truncate_top_k_heap(&c, p->top_k, l, bufs[cur]);
-		else
-			truncate_top_k(&c, p->top_k, l, mx, sc, bufs[cur]);
-	}
-	if (!have_all_probs)
-		for (int i = 0; i < c.n; i++) {
-			int32_t t = cand_at(&c, i);
-			prob[t] = exp_nonpos(l[t] - mx);
-		}
-	double mass = 0.0;
-	if (!c.ids && have_all_probs)
-		mass = total;
-	else
-		for (int i = 0; i < c.n; i++)
-			mass += (double)prob[cand_at(&c, i)];
-	if (p->top_p < 1.0f && c.n > 1) {
-		cur ^= c.ids != NULL;
-		truncate_top_p(&c, p->top_p, mass, l, mx, sc, bufs[cur]);
-		mass = 0.0;
-		for (int i = 0; i < c.n; i++)
-			mass += (double)prob[cand_at(&c, i)];
-	}
-
-	double target = u * mass, cum = 0.0;
-	if (!c.ids)
-		return draw_all(prob, vocab, sc->block_mass, target);
-	int32_t last = -1;
-	for (int i = 0; i < c.n; i++) {
-		int32_t t = cand_at(&c, i);
-		double w = (double)prob[t];
-		if (w <= 0.0)
-			continue;
-		cum += w;
-		last = t;
-		if (cum > target)
-			return t;
-	}
-	return last; /* u * mass rounded up to the total */
+	struct ks_work w = { .prob = sc->prob,
+			     .block_mass = sc->block_mass,
+			     .buf = { sc->idx, sc->tmp },
+			     .hn = sc->hist_n,
+			     .hm = sc->hist_mass };
+	struct ks_trunc t = { .min_p = p->min_p,
+			      .log_min_p = p->min_p > 0.0f ? logf(p->min_p) : 0.0f,
+			      .top_k = p->top_k,
+			      .top_p = p->top_p };
+	return ks_sample_truncated(&t, l, vocab, mx, &w, have_all_probs, total, u, NULL);
 }
 
 int sampler_sample(const struct sampling_params *p, struct sampler_state *s,
@@ -815,14 +433,14 @@ int sampler_sample(const struct sampling_params *p, struct sampler_state *s,
 	bool want_lp = p->logprobs >= 0;
 	if (greedy) {
 		if (want_lp)
-			logz = (double)mx + log(exp_pass(sc->prob, logits, vocab, mx, sc->block_mass));
+			logz = ks_logz(mx, exp_pass(sc->prob, logits, vocab, mx, sc->block_mass));
 	} else {
 		/* Every exp is needed for logprobs or when no top_k bounds the set. */
 		bool all = want_lp || p->top_k <= 0 || p->top_k >= vocab;
 		double sum = 0.0;
 		if (all) {
 			sum = exp_pass(sc->prob, logits, vocab, mx, sc->block_mass);
-			logz = (double)mx + log(sum);
+			logz = ks_logz(mx, sum);
 		}
 		tok = sample_truncated(p, logits, vocab, mx, sc, all, sum, u);
 		if (tok < 0)

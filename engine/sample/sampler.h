@@ -134,9 +134,8 @@ int sampler_accept(struct sampler_state *s, int32_t token);
 
 /* Reusable work memory for one vocabulary size, owned by the engine thread,
  * shared by every sequence it samples so a step never mallocs. */
-#define SAMPLER__NB 2048	/* histogram buckets for top_k / top_p */
-#define SAMPLER__NATS 32.0f	/* they span [max - 32, max] in logit units */
-#define SAMPLER__BLOCK 64	/* tokens per block_mass entry */
+#define SAMPLER__NB 2048	/* histogram buckets for top_k / top_p (KS_NB) */
+#define SAMPLER__BLOCK 64	/* tokens per block_mass entry (KS_BLOCK) */
 
 struct sampler_scratch {
 	int vocab;

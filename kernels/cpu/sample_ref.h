@@ -1,8 +1,8 @@
 /* kernels/cpu/sample_ref.h — plain C reference of the GPU sampling chain
  * (kernels/sample.h): the same flat rows, CSR entries and
- * outputs, computed the way engine/sample/sampler.c's sampler_sample computes them
- * (same candidate orders, same float and double operations, sequential
- * sums), so it gives sampler_sample's token for the same u.
+ * outputs, run through kernels/sample_seq.h's sequential chain, the one
+ * engine/sample/sampler.c's sampler_sample runs, so it gives sampler_sample's
+ * token for the same u.
  *
  * Tests: tests/sampling/test_sample_device.c (against sampler_sample, runs in
  * CI) and tests/kernels/test_cuda_sample.c (the kernel against this).

@@ -1,14 +1,16 @@
 // kernels/cuda/k_sample.cu — the sampling chain on the GPU (kernels/sample.h).
 //
-// One CTA of NT threads per row (rows beyond the grid loop). The chain runs
-// as engine/sample/sampler.c runs it, with the sequential decisions that fix the
-// order of the final draw replayed exactly: the top_k heap (a block-parallel
+// One CTA of NT threads per row (rows beyond the grid loop). The chain is
+// kernels/sample_seq.h's (the one engine/sample/sampler.c and the reference
+// run sequentially); this file owns only its parallel form. Every rule is a
+// sample_seq.h call: logit processing, exp and block sums, buckets and the
+// top_k / top_p boundary walks, and the sequential decisions that fix the
+// order of the final draw, replayed exactly: the top_k heap (a block-parallel
 // filter against the heap's root, then thread 0 sifts the few that enter),
-// the quickselect of the boundary bucket, the bucket walk of top_p. Full
-// sorts are replaced by a radix select over 64-bit keys (logit order, then id)
-// and a rank sort of at most SORT_MAX elements; sums over candidates are per
-// thread over contiguous ranges, then a block scan. Float arithmetic shared
-// with the CPU goes through kernels/sample_seq.h (no FMA contraction).
+// the quickselect of the boundary bucket. Full sorts are replaced by a radix
+// select over 64-bit keys (logit order, then id) and a rank sort of at most
+// SORT_MAX elements; sums over candidates are per thread over contiguous
+// ranges, then a block scan (the one place rounding may differ: sample.h).
 // Reference: kernels/cpu/sample_ref.c; test: tests/kernels/test_cuda_sample.c.
 #include <cuda_runtime.h>
 #include <float.h>
@@ -66,7 +68,8 @@ __device__ __forceinline__ int32_t vat(const view &v, int i)
 	return v.ids ? v.ids[i] : i;
 }
 
-// Larger key = earlier in the order (logit desc, id asc); -0 counts as +0.
+// Larger key = earlier in the order (ks_before: logit desc, id asc); -0
+// counts as +0, as it compares equal there.
 __device__ __forceinline__ u64 ks_key(const float *l, int32_t t)
 {
 	float x = l[t];
@@ -361,26 +364,17 @@ __device__ float process_row(const k_sample_args &a, const k_sample_row &rw, flo
 		}
 		for (int32_t i = rw.bias_begin; i < rw.bias_end; i++) {
 			int32_t t = a.bias[i].token;
-			float b = a.bias[i].bias;
-			if (t < 0 || t >= vocab || isnan(b))
-				continue;
-			b = b > KS_BIAS_MAX ? KS_BIAS_MAX : b < -KS_BIAS_MAX ? -KS_BIAS_MAX : b;
-			l[t] = KS_FADD(l[t], b);
+			if (t >= 0 && t < vocab)
+				l[t] = ks_biased(l[t], a.bias[i].bias);
 		}
 	}
 	__syncthreads();
-	const float r = rw.repetition_penalty;
 	for (int32_t i = rw.pen_begin + (int32_t)threadIdx.x; i < rw.pen_end; i += NT) {
 		k_sample_pen e = a.pen[i]; // distinct tokens within a row: no race
-		if (e.token < 0 || e.token >= vocab)
-			continue;
-		float x = l[e.token];
-		if (r != 1.0f && (e.in_prompt || e.n_gen > 0))
-			x = x > 0.0f ? KS_FDIV(x, r) : KS_FMUL(x, r);
-		if (e.n_gen > 0)
-			x = KS_FSUB(x, KS_FADD(KS_FMUL(rw.frequency_penalty, (float)e.n_gen),
-					       rw.presence_penalty));
-		l[e.token] = x;
+		if (e.token >= 0 && e.token < vocab)
+			l[e.token] = ks_penalized(l[e.token], rw.repetition_penalty,
+						  rw.frequency_penalty, rw.presence_penalty,
+						  e.in_prompt != 0, e.n_gen);
 	}
 	__syncthreads();
 	// One pass: each value scaled and cleaned (written back for the later
@@ -394,11 +388,7 @@ __device__ float process_row(const k_sample_args &a, const k_sample_row &rw, flo
 	float m = -INFINITY, best = -INFINITY;
 	int first = INT_MAX;
 	auto take = [&](float x, int i) {
-		x = KS_FMUL(x, inv_t);
-		if (isnan(x))
-			x = -INFINITY;
-		else if (x > FLT_MAX)
-			x = FLT_MAX;
+		x = ks_scaled(x, inv_t);
 		m = fmaxf(m, x);
 		if (x > best || (x == best && first == INT_MAX)) {
 			best = x;
@@ -460,7 +450,7 @@ __device__ double total_mass(const float *l, int vocab, float mx, smem &s)
 	double sum = 0.0;
 	for (int blk = b_lo; blk < b_hi; blk++) {
 		int b0 = blk * KS_BLOCK;
-		sum = KS_DADD(sum, ks_block_sum(l, mx, b0, min(vocab, b0 + KS_BLOCK)));
+		sum = KS_DADD(sum, ks_block_sum(l, mx, b0, min(vocab, b0 + KS_BLOCK), NULL));
 	}
 	return block_sum_d(sum, s);
 }
@@ -526,10 +516,8 @@ __device__ void top_k_hist(const float *l, view &v, int k, float mx, int32_t *ds
 		atomicAdd(&hn[ks_bucket(mx, l[vat(v, i)])], 1u);
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		int B = 0, nb = 0;
-		while (B < KS_NB - 1 && nb + (int)hn[B] < k)
-			nb += (int)hn[B++];
-		s.b = B;
+		int nb;
+		s.b = ks_top_k_bucket(hn, k, &nb);
 		s.n_before = nb;
 	}
 	__syncthreads();
@@ -545,7 +533,7 @@ __device__ void top_k_hist(const float *l, view &v, int k, float mx, int32_t *ds
 	v.n = k;
 }
 
-// thread 0: walk sorted[0..m) adding to s.cum, writing them to dst[at..);
+// thread 0: walk sorted[0..m) adding to s.cum (ks_top_p's walk), writing them to dst[at..);
 // s.keep = at + j + 1 at the first j where the sum reaches target, else -1.
 __device__ void walk_sorted(const float *l, float mx, int m, double target, int32_t *dst,
 			    int at, smem &s)
@@ -574,7 +562,7 @@ __device__ void walk_sorted(const float *l, float mx, int m, double target, int3
 __device__ void top_p(const float *l, view &v, float p, double mass, float mx, int32_t *dst,
 		      int32_t *spare, smem &s)
 {
-	const double target = KS_DMUL((double)p, mass);
+	const double target = ks_target((double)p, mass);
 	const filt all = { -1, mx, ~0ull };
 	if (v.n <= TOP_P_SMALL) {
 		sort_all(l, v, s);
@@ -618,12 +606,9 @@ __device__ void top_p(const float *l, view &v, float p, double mass, float mx, i
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		double cum = 0.0;
-		int B = 0, nb = 0;
-		while (B < KS_NB && KS_DADD(cum, hm[B]) < target) {
-			cum = KS_DADD(cum, hm[B]);
-			nb += (int)hn[B++];
-		}
+		double cum;
+		int nb;
+		int B = ks_top_p_bucket(hn, hm, target, &cum, &nb);
 		s.b = B;
 		s.n_before = nb;
 		s.n_eq = B < KS_NB ? (int)hn[B] : 0;
@@ -708,7 +693,7 @@ __device__ int32_t draw_all(const float *l, int vocab, float mx, double target, 
 	double sum = 0.0;
 	for (int blk = b_lo; blk < b_hi; blk++) {
 		int b0 = blk * KS_BLOCK;
-		sum = KS_DADD(sum, ks_block_sum(l, mx, b0, min(vocab, b0 + KS_BLOCK)));
+		sum = KS_DADD(sum, ks_block_sum(l, mx, b0, min(vocab, b0 + KS_BLOCK), NULL));
 	}
 	if (threadIdx.x == 0) {
 		s.found = INT_MAX;
@@ -719,7 +704,7 @@ __device__ int32_t draw_all(const float *l, int vocab, float mx, double target, 
 	int f = -1, last_blk = -1;
 	for (int blk = b_lo; blk < b_hi && f < 0; blk++) {
 		int b0 = blk * KS_BLOCK, end = min(vocab, b0 + KS_BLOCK);
-		double bs = ks_block_sum(l, mx, b0, end);
+		double bs = ks_block_sum(l, mx, b0, end, NULL);
 		if (bs <= 0.0)
 			continue;
 		last_blk = blk;
@@ -763,7 +748,7 @@ __device__ int32_t sample_truncated(const float *l, const k_sample_row &rw, int 
 {
 	view v = { NULL, vocab };
 	if (rw.min_p > 0.0f) {
-		pred p = { P_GE_THR, KS_FADD(mx, rw.log_min_p), mx, 0 };
+		pred p = { P_GE_THR, ks_min_p_thr(mx, rw.log_min_p), mx, 0 };
 		v.n = compact(l, v, p, buf0, 0, s);
 		v.ids = buf0;
 	}
@@ -781,7 +766,7 @@ __device__ int32_t sample_truncated(const float *l, const k_sample_row &rw, int 
 		top_p(l, v, rw.top_p, mass, mx, dst, spare, s);
 		mass = list_mass(l, v, mx, s);
 	}
-	double target = KS_DMUL(rw.u, mass);
+	double target = ks_target(rw.u, mass);
 	if (!v.ids)
 		return draw_all(l, vocab, mx, target, s);
 	return draw_list(l, v, mx, target, s);
@@ -820,7 +805,7 @@ __global__ void __launch_bounds__(NT) sample_kernel(k_sample_args a, size_t ws_s
 		float lp = 0.0f;
 		int rank = 0;
 		if (tok >= 0 && n_lp >= 0) {
-			double logz = (double)mx + log(total);
+			double logz = ks_logz(mx, total);
 			float lt = l[tok];
 			int c = 0;
 			for (int i = threadIdx.x; i < vocab; i += NT)

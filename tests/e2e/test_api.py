@@ -686,7 +686,7 @@ class Shutdown(unittest.TestCase):
         empty = os.path.join(TMP.name, "empty.jinja")
         open(empty, "w").close()
         for path, why in ((jinja, "not a template of a family"), (empty, "empty"),
-                          (TMP.name, "empty")):
+                          (TMP.name, "not a regular file")):
             p = subprocess.run([AORTA, "serve", "--model", MODEL, "--port", "0",
                                 "--chat-template", path],
                                capture_output=True, text=True, timeout=30)

@@ -6,12 +6,16 @@
 # read but never written; new inputs go to $FUZZ_BUILD/corpus/<target>/ and
 # crashes to $FUZZ_BUILD/artifacts/<target>/. Exit status: 0 when no target
 # found a crash, 1 otherwise. Example: nice -n 10 tools/fuzz.sh 600
+# libFuzzer's seed is fixed (AORTA_FUZZ_SEED, default 1; libFuzzer's own
+# default is the clock), so runs take the same path (how far depends on the
+# machine's speed); a crash's artifact replays it exactly.
 set -euo pipefail
 
 secs=${1:?usage: tools/fuzz.sh SECONDS}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${FUZZ_BUILD:-$root/build-fuzz}
 cc=${CC_FUZZ:-clang}
+seed=${AORTA_FUZZ_SEED:-1}
 mkdir -p "$out"
 
 # The reader code under test plus what it needs from common/ and kernels/.
@@ -38,14 +42,15 @@ for src in "$root"/tests/fuzz/fuzz_*.c; do
   echo "== building $name"
   "$cc" "${cflags[@]}" "$src" "${lib_src[@]}" -lcjson -lpcre2-8 -lutf8proc -lm -o "$out/$name"
   mkdir -p "$out/corpus/$target" "$out/artifacts/$target"
-  echo "== running $name for ${secs}s"
+  echo "== running $name for ${secs}s (seed $seed)"
   start=$(date +%s)
   if ! UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-       "$out/$name" -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+       "$out/$name" -seed="$seed" -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
        -print_final_stats=1 -artifact_prefix="$out/artifacts/$target/" \
        "$out/corpus/$target" "$root/tests/fuzz/corpus/$target" \
        > "$out/$name.log" 2>&1; then
     echo "!! $name found a problem; see $out/$name.log and $out/artifacts/$target/"
+    echo "!! reproduce: $out/$name $out/artifacts/$target/<file> (or AORTA_FUZZ_SEED=$seed tools/fuzz.sh $secs $target)"
     status=1
   fi
   end=$(date +%s)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -134,3 +135,14 @@ class Server:
             self.log.close()
         except Exception:
             pass
+
+
+def unittest_main():
+    """unittest.main, but a skipped case is not silent: each prints
+    'SKIP: <test id>: <why>' (tools/test-summary.py lists them; in CI a skip
+    not about hardware fails the run). Exit 0 when every case that ran passed."""
+    import unittest
+    res = unittest.main(verbosity=2, exit=False).result
+    for test, why in res.skipped:
+        print(f"SKIP: {test.id()}: {why}", flush=True)
+    sys.exit(0 if res.wasSuccessful() else 1)

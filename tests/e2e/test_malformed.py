@@ -5,7 +5,9 @@ content types. Each must get a 4xx with an OpenAI error body (never a 5xx, a
 reset or a hang), and a valid request must succeed after every batch.
 
 AORTA_MALFORMED_PER_ENDPOINT sets how many per endpoint (default 2000).
-Deterministic: the generator is seeded."""
+Deterministic: each endpoint's generator is seeded from AORTA_MALFORMED_SEED
+(default 1) and its path, never from hash() (randomized per process); body #i
+does not depend on the count, and a failure names the seed that reproduces it."""
 import http.client
 import json
 import os
@@ -15,9 +17,10 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from aorta_server import Server, make_model  # noqa: E402
+from aorta_server import Server, make_model, unittest_main  # noqa: E402
 
 PER_ENDPOINT = int(os.environ.get("AORTA_MALFORMED_PER_ENDPOINT", "2000"))
+SEED = int(os.environ.get("AORTA_MALFORMED_SEED", "1"))
 BATCH = 100
 
 VALID = {
@@ -202,27 +205,30 @@ class Malformed(unittest.TestCase):
         return r.status, r.read()
 
     def run_endpoint(self, path):
-        rng = random.Random(hash(path) & 0xffffffff)
+        # a str seed goes through SHA-512: the same bodies in every process
+        rng = random.Random(f"{SEED}:{path}")
         bodies = gen_bodies(path, rng, PER_ENDPOINT)
         conn = self.srv.conn(timeout=30)
         counts = {}
         for i, (data, ctype, kind) in enumerate(bodies):
+            at = (f"{path} #{i} ({kind}; reproduce: AORTA_MALFORMED_SEED={SEED} "
+                  f"AORTA_MALFORMED_PER_ENDPOINT={i + 1})")
             try:
                 status, resp = self.send(conn, path, data, ctype)
             except (ConnectionError, http.client.HTTPException) as e:
-                self.fail(f"{path} #{i} ({kind}): connection failed: {e!r} body={data[:200]!r}\n"
+                self.fail(f"{at}: connection failed: {e!r} body={data[:200]!r}\n"
                           + self.srv.logtext()[-2000:])
             self.assertTrue(400 <= status < 500,
-                            f"{path} #{i} ({kind}): status {status} for {data[:300]!r}: {resp[:300]!r}")
+                            f"{at}: status {status} for {data[:300]!r}: {resp[:300]!r}")
             err = json.loads(resp)["error"]
             for k in ("message", "type", "param", "code"):
-                self.assertIn(k, err, f"{path} #{i} ({kind}): {resp[:300]!r}")
+                self.assertIn(k, err, f"{at}: {resp[:300]!r}")
             counts[kind] = counts.get(kind, 0) + 1
             if (i + 1) % BATCH == 0:
                 st, _ = self.send(conn, path, json.dumps(VALID[path]).encode(), "application/json")
-                self.assertEqual(st, 200, f"{path}: valid request failed after #{i}")
+                self.assertEqual(st, 200, f"{path}: valid request failed after {at}")
         conn.close()
-        print(f"{path}: {len(bodies)} bad requests, all 4xx with error bodies: "
+        print(f"{path}: {len(bodies)} bad requests (seed {SEED}), all 4xx with error bodies: "
               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr)
 
     def test_completions(self):
@@ -239,4 +245,4 @@ class Malformed(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    unittest_main()

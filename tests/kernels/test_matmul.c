@@ -12,6 +12,11 @@
  * are also checked against the plain float reference with the X quantization
  * error bound: |got - ref| <= 1e-5 + 1.001 * sum_k |w_k| * d_x(k) / 2 + the
  * reordering bound, with d_x the activation scale of k's block or row.
+ *
+ * It ends by saying which paths ran ('ISA <path>: ran (N runs)' or 'ISA
+ * <path>: not run: <why>', for scalar, avx2, avx512, vnni, amx), and a case
+ * this CPU cannot run prints 'SKIP: <case>: <why>': tools/test-summary.py
+ * collects both, so a path that did not run never reads as a pass.
  */
 #include <check.h>
 #include <math.h>
@@ -19,12 +24,78 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/err.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_impl.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/quant.h"
+
+/* ---- which instruction-set paths ran ----------------------------------------
+ * Check runs each test in a forked child, so the counts live in a shared
+ * mapping that main reads after the run. vnni: the AVX-512 path's integer
+ * dots (vpdpbusd, I8 and Q8_0); amx: its AMX-INT8 tiles (batched Q8_0). */
+
+enum ran_path { RAN_SCALAR, RAN_AVX2, RAN_AVX512, RAN_VNNI, RAN_AMX, RAN__COUNT };
+static const char *const ran_names[RAN__COUNT] = { "scalar", "avx2", "avx512", "vnni", "amx" };
+static long *ran_count; /* (RAN__COUNT): MAP_SHARED, set up by main */
+
+static void ran(enum ran_path p)
+{
+	if (ran_count)
+		__atomic_fetch_add(&ran_count[p], 1, __ATOMIC_RELAXED);
+}
+
+static int amx_here(void)
+{
+	const struct mm_kernels *k = mm_kernels_avx512();
+	return kcpu_isa_supported(KCPU_ISA_AVX512) && k && k->amx_ok && k->amx_ok();
+}
+
+/* NULL when the path can run here, else why not. */
+static const char *why_not(enum ran_path p)
+{
+	switch (p) {
+	case RAN_SCALAR:
+		return NULL;
+	case RAN_AVX2:
+		if (!mm_kernels_avx2())
+			return "not built (the compiler cannot target AVX2)";
+		return kcpu_isa_supported(KCPU_ISA_AVX2) ? NULL : "this CPU has no AVX2 + FMA + F16C";
+	case RAN_AVX512:
+	case RAN_VNNI:
+		if (!mm_kernels_avx512())
+			return "not built (the compiler cannot target AVX-512)";
+		return kcpu_isa_supported(KCPU_ISA_AVX512) ? NULL
+							   : "this CPU has no AVX-512 F/BW/DQ/VL + VNNI";
+	case RAN_AMX:
+		if (!kcpu_isa_supported(KCPU_ISA_AVX512))
+			return "this CPU has no AVX-512 (the AMX tiles are driven from that path)";
+		return amx_here() ? NULL : "this CPU has no AMX-INT8 (or Linux did not grant the tile state)";
+	default:
+		return "?";
+	}
+}
+
+/* Print the ISA lines; returns the number of paths that could run here
+ * yet ran no case (a test bug: their absence would read as coverage). */
+static int report_paths(void)
+{
+	int missing = 0;
+	for (int p = 0; p < RAN__COUNT; p++) {
+		const char *why = why_not((enum ran_path)p);
+		if (ran_count[p] > 0)
+			printf("ISA %s: ran (%ld runs)\n", ran_names[p], ran_count[p]);
+		else if (why)
+			printf("ISA %s: not run: %s\n", ran_names[p], why);
+		else {
+			printf("ISA %s: not run: supported here, yet no case ran it\n", ran_names[p]);
+			missing++;
+		}
+	}
+	return missing;
+}
 
 /* ---- fixtures --------------------------------------------------------------- */
 
@@ -265,6 +336,9 @@ START_TEST(test_sweep)
 							bad += compare(what, got, ref, ad, qe, 2e-5, 1e-5, m, rows);
 						total_bad += bad;
 						n_runs++;
+						ran((enum ran_path)(RAN_SCALAR + isa - KCPU_ISA_SCALAR));
+						if (isa == KCPU_ISA_AVX512 && is_int)
+							ran(RAN_VNNI);
 					}
 				}
 				free(x);
@@ -339,8 +413,10 @@ END_TEST
  * pair) cover the edges. */
 START_TEST(test_q8_batched_bits)
 {
-	if (!kcpu_isa_supported(KCPU_ISA_AVX512))
+	if (!kcpu_isa_supported(KCPU_ISA_AVX512)) {
+		fprintf(stderr, "SKIP: test_q8_batched_bits: %s\n", why_not(RAN_AVX512));
 		return;
+	}
 	static const int64_t shapes[][2] = { { 257, 96 }, { 31, 2048 }, { 48, 32 } };
 	static const int bm[] = { 4, 5, 13, 16 };
 	struct kpool *pool;
@@ -362,6 +438,9 @@ START_TEST(test_q8_batched_bits)
 			for (int64_t i = 0; i < m * rows; i++)
 				y[i] = NAN;
 			ck_assert_int_eq(kcpu_matmul_isa(pool, &wm.k, x, m, y, KCPU_ISA_AVX512), 0);
+			ran(RAN_VNNI);
+			if (amx_here()) /* 4 <= m <= 16 take the tiles */
+				ran(RAN_AMX);
 			for (int64_t i = 0; i < m * rows; i++)
 				if (memcmp(&y[i], &y17[i], sizeof(float))) {
 					if (bad++ < 5)
@@ -408,8 +487,10 @@ END_TEST
  * rows (a last panel of 1; 31) and columns. */
 START_TEST(test_packed_batch_bits)
 {
-	if (!kcpu_isa_supported(KCPU_ISA_AVX512))
+	if (!kcpu_isa_supported(KCPU_ISA_AVX512)) {
+		fprintf(stderr, "SKIP: test_packed_batch_bits: %s\n", why_not(RAN_AVX512));
 		return;
+	}
 	static const enum dtype dts[] = { DT_F16, DT_BF16, DT_F8_E4M3, DT_I8 };
 	static const int64_t shapes[][2] = { { 257, 96 }, { 31, 1000 }, { 48, 37 } };
 	struct kpool *pool;
@@ -510,9 +591,18 @@ static Suite *matmul_suite(void)
 int main(void)
 {
 	fprintf(stderr, "matmul paths here: best = %s\n", kcpu_isa_name(kcpu_isa_best()));
+	ran_count = mmap(NULL, RAN__COUNT * sizeof(long), PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (ran_count == MAP_FAILED) {
+		perror("mmap");
+		return EXIT_FAILURE;
+	}
+	fflush(stdout); /* nothing buffered for the forked children to repeat */
 	SRunner *sr = srunner_create(matmul_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	if (report_paths())
+		failed++;
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

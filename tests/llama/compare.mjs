@@ -47,10 +47,18 @@ if (!aorta || !aortaLogits) {
 //        r = 2^-11/sqrt(3) = 2.8e-4.
 //   q8_0 weights: both quantize the activations to int8 per 32-block
 //        (step amax/127, rounding error rms step/sqrt(12), amax ~2.5 rms for
-//        32 normal values: 5.7e-3 of the input's rms), but not to the same
-//        codes: measured, the two sides' errors against float arithmetic on
-//        the dequantized weights are uncorrelated (0.23 and 0.25 each, 0.21
-//        between them), so they add as independent: r = sqrt(2) * 5.7e-3.
+//        32 normal values: 5.7e-3 of the input's rms). The codes are the
+//        same (ggml's quantize_row_q8_0 and kcpu_quantize_act_q8_0 agree on
+//        every code of 8840 blocks); the scales are not: llama.cpp stores
+//        the block scale as F16, aorta keeps it in F32 (quant.h), 2.8e-4
+//        relative per matmul. Rounding is discontinuous, so each later
+//        quantization turns that difference (or a 1-ulp one from summation
+//        order that moves a scale across an F16 midpoint) into whole-step
+//        code changes: measured, the sides agree to 4% of the error with
+//        only the LM head Q8_0 but keep a correlation of only ~0.5 over
+//        2 layers (less with depth), and aorta's own AVX2 and AVX-512 paths
+//        diverge the same way once given F16 scales. Nothing ties the two
+//        errors together, so they add as independent: r = sqrt(2) * 5.7e-3.
 // A model has S = 4 * n_layers + 1 such matmul inputs on the path to the
 // logits (QKV, O, gate/up, down per block, then the LM head), each adding an
 // independent relative error r to what it feeds, so a logit carries

@@ -269,6 +269,14 @@ struct arith {
 	enum dtype kv;	   /* its KV cache */
 	enum dtype gpu_a8; /* its W8A8 per-token activation codes */
 	enum dtype cpu_a8; /* the CPU's W8A8 activation codes */
+	/* A regression bound on top of the derived one, as a fraction of the
+	 * row's max |logit| (0: none). The derivation over-counts (the measured
+	 * rms error is about sigma / 5), which leaves the 8-bit and FP8-KV
+	 * bounds too wide to catch some defects the old fitted bounds caught
+	 * (a K scale of the wrong KV head, 2x off, gives 0.086 of max |logit|
+	 * with checkpoint scales). Those cases keep their old bound, named for
+	 * what it is: what the path has met since it landed, not arithmetic. */
+	double regress;
 };
 
 /* sigma / rms(logits) of the comment above, for a model of L layers. */
@@ -339,7 +347,7 @@ static void compare_model_s(const char *name, const struct model_config *c, enum
 		run_plan(cpu, a, logits, ref, V, name);
 		run_plan(gpu, b, logits, got, V, name);
 		const double sig = rel_sigma(c, ar);
-		double worst = 0, se = 0, sr = 0;
+		double worst = 0, worst_max = 0, se = 0, sr = 0;
 		int rows = 0, top1 = 0, ties = 0;
 		for (int r = 0; r < max_rows; r++) {
 			const float *g = got + (size_t)r * V, *f = ref + (size_t)r * V;
@@ -354,6 +362,10 @@ static void compare_model_s(const char *name, const struct model_config *c, enum
 			worst = fmax(worst, err / rms);
 			CHECK(err <= bound, "%s: logits row %d: max |diff| %.4g > bound %.4g "
 			      "(%.0f sigma, rms %.4g)", name, r, err, bound, Z_MAX, rms);
+			CHECK(!ar.regress || err <= ar.regress * scale,
+			      "%s: logits row %d: max |diff| %.4g > regression bound %.2g * max "
+			      "|logit| %.4g", name, r, err, ar.regress, scale);
+			worst_max = fmax(worst_max, err / scale);
 			const bool same = argmax(g, V) == argmax(f, V);
 			top1 += same;
 			if (top2_gap(f, V) < 2 * bound)
@@ -367,6 +379,9 @@ static void compare_model_s(const char *name, const struct model_config *c, enum
 		printf("%s: %d rows: max |diff| / rms(logits) %.3g (bound %.3g = %.0f sigma), "
 		       "rms error %.3g (sigma %.3g); top-1 %d/%d, %d near-ties\n", name, rows, worst,
 		       Z_MAX * sig, Z_MAX, rel_rms, sig, top1, rows, ties);
+		if (ar.regress)
+			printf("%s: max |diff| / max |logit| %.3g (regression bound %.2g)\n", name,
+			       worst_max, ar.regress);
 		CHECK(rel_rms <= sig, "%s: rms error %.3g of rms(logits) over sigma %.3g", name,
 		      rel_rms, sig);
 		CHECK(rows >= 10, "%s: only %d logits rows compared", name, rows);
@@ -890,10 +905,16 @@ int main(void)
 	 * quantizes activations for Q8_0/INT8 (W8A8) where the GPU's small-batch
 	 * GEMV keeps them 16-bit; its prefill runs INT8/FP8 as W8A8 (the derivation above
 	 * unit_roundoff counts both). */
-	const struct arith fp8kv = { .act = DT_F16, .kv = DT_F8_E4M3 };
-	const struct arith a_q8 = { .act = DT_F16, .kv = DT_F16, .cpu_a8 = DT_I8 };
-	const struct arith a_i8 = { .act = DT_F16, .kv = DT_F16, .gpu_a8 = DT_I8, .cpu_a8 = DT_I8 };
-	const struct arith a_f8 = { .act = DT_F16, .kv = DT_F16, .gpu_a8 = DT_F8_E4M3 };
+	/* regression bounds (struct arith): scale-1 FP8 KV 0.15, checkpoint
+	 * scales 0.05 (three times the emulator's 0.017; the wrong head's K
+	 * scale gives 0.086), 8-bit weights 0.06 */
+	const struct arith fp8kv = { .act = DT_F16, .kv = DT_F8_E4M3, .regress = 0.15 };
+	const struct arith fp8kv_ck = { .act = DT_F16, .kv = DT_F8_E4M3, .regress = 0.05 };
+	const struct arith a_q8 = { .act = DT_F16, .kv = DT_F16, .cpu_a8 = DT_I8, .regress = 0.06 };
+	const struct arith a_i8 = { .act = DT_F16, .kv = DT_F16, .gpu_a8 = DT_I8, .cpu_a8 = DT_I8,
+				    .regress = 0.06 };
+	const struct arith a_f8 = { .act = DT_F16, .kv = DT_F16, .gpu_a8 = DT_F8_E4M3,
+				    .regress = 0.06 };
 	{ /* checkpoint scales (not powers of 2): K/V stored as value / scale */
 		const size_t nl = (size_t)64 * c.vocab;
 		float *plain = calloc(nl, sizeof(float)), *scaled = calloc(nl, sizeof(float));
@@ -901,9 +922,9 @@ int main(void)
 		compare_model_s("fp8 kv cache", &c, DT_F16, ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32,
 				fp8kv, 0.0f, false, plain);
 		compare_model_s("fp8 kv cache, checkpoint k/v scales", &c, DT_F16, ROPE_STYLE_NEOX,
-				DT_F8_E4M3, DT_F32, fp8kv, 0.0213f, false, scaled);
+				DT_F8_E4M3, DT_F32, fp8kv_ck, 0.0213f, false, scaled);
 		compare_model_s("fp8 kv cache, checkpoint k/v scales per kv head", &c, DT_F16,
-				ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32, fp8kv, 0.0213f, true, heads);
+				ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32, fp8kv_ck, 0.0213f, true, heads);
 		CHECK(plain && scaled && memcmp(plain, scaled, nl * sizeof(float)) != 0,
 		      "fp8 kv cache: the checkpoint's k/v scales changed no logit");
 		CHECK(scaled && heads && memcmp(scaled, heads, nl * sizeof(float)) != 0,

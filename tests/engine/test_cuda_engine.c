@@ -4,8 +4,9 @@
  *  1. logits: the same mixed steps (prefill chunks that cross block
  *     boundaries, chunks attending to cached blocks, single decode rows) on
  *     the CPU engine (F32 activations, F32 KV) and the CUDA engine (16-bit
- *     activations and KV): every logits row agrees within TOL * max |logit|,
- *     for models with GQA, QKV bias, Q/K norm, both RoPE layouts, llama3
+ *     activations and KV): every logits row agrees within a bound derived
+ *     from the arithmetic (rel_sigma, below), the rms error is under the
+ *     predicted spread, and top-1 agrees on every row but near-ties, for models with GQA, QKV bias, Q/K norm, both RoPE layouts, llama3
  *     scaling, head_dim 64 and 128, F16 and BF16 weights;
  *  2. greedy batch invariance on the GPU: 8 sequences generate the same
  *     tokens alone and together (a divergence is accepted only at a near-tie
@@ -44,7 +45,6 @@
 #define BS 16	 /* block size */
 #define MAXB 32	 /* blocks per sequence: 512 positions */
 #define MAXS 8	 /* sequences */
-#define TOL 3e-2 /* logits, relative to the row's max |logit|: 16-bit activations */
 
 static int g_fail;
 
@@ -221,10 +221,102 @@ static void run_plan(struct engine *e, struct seq *sq, float *logits, float *all
 	}
 }
 
+/* The bound on |GPU logit - CPU logit|, from the arithmetic, not from a
+ * measurement. The CPU engine runs in F32 (its roundoff, 2^-24, is nil
+ * here); the GPU rounds to a dtype of unit roundoff u (2^-11 F16, 2^-8
+ * BF16, 2^-4 FP8 E4M3; INT8 per-token codes: step amax / 127 with amax <= 4
+ * rms — the largest of <= 4096 near-Gaussian values — so a half step is
+ * <= 4/254 ~ 2^-6 of the rms). One rounding of a vector x is a relative
+ * error of spread u / sqrt(3) (uniform in [-u, u]) per element; through a
+ * matmul with random weights it is an error of that relative spread of the
+ * output's rms (E sum_j W_ij^2 x_j^2 = E y_i^2), and the residual stream
+ * (F32 here), the norms and the 1/sqrt(fan_in) weights carry it to the
+ * logits with a gain of about 1. Independent roundings add in variance, so
+ * the logits' error has spread
+ *   sigma = rms(logits) * sqrt(sum_k u_k^2 / 3)
+ * over the roundings k on the residual path (their number, n, grows with
+ * depth: the error as sqrt(n)). Counted (cuda_forward.c, run_layers), per
+ * layer: the attention norm's output, Q and P (the attention's tensor-core
+ * operands), the attention output, the FFN norm's output and the SwiGLU
+ * output in 16 bits (6), K and V in the cache (2, at the cache's u); the
+ * final norm's output (1); with 8-bit weights, the input of every
+ * projection (4 a layer and the LM head) quantized per token where W8A8
+ * runs — the GPU for INT8 / FP8 past the GEMV rows, the CPU for Q8_0 / INT8 —
+ * and rounded to 16 bits by a dequantizing GEMM. Every count is an upper
+ * one (a branch's error is counted at the residual's full scale, the
+ * averaging over attended positions is ignored), so the measured rms error
+ * must be under sigma, and no logit may be more than Z = 6 sigma off: the
+ * chance of one Gaussian draw past 6 sigma is 2e-9, of one among the
+ * 64 rows * 1000 logits of a model 1.3e-4 — a failure is a defect, not bad
+ * luck. Top-1 can only change where the CPU's top-2 gap is under twice that
+ * bound (a near-tie); everywhere else it must agree. */
+#define Z_MAX 6.0
+
+static double unit_roundoff(enum dtype dt)
+{
+	switch (dt) {
+	case DT_F16: return 0x1p-11;
+	case DT_BF16: return 0x1p-8;
+	case DT_F8_E4M3: return 0x1p-4;
+	case DT_I8: return 4.0 / 254; /* per-token codes, amax <= 4 rms */
+	default: return 0; /* F32 */
+	}
+}
+
+/* What the GPU rounds to, against the CPU's F32 (DT_F32: nothing). */
+struct arith {
+	enum dtype act;	   /* the GPU's 16-bit activations */
+	enum dtype kv;	   /* its KV cache */
+	enum dtype gpu_a8; /* its W8A8 per-token activation codes */
+	enum dtype cpu_a8; /* the CPU's W8A8 activation codes */
+	/* A regression bound on top of the derived one, as a fraction of the
+	 * row's max |logit| (0: none). The derivation over-counts (the measured
+	 * rms error is about sigma / 5), which leaves the 8-bit and FP8-KV
+	 * bounds too wide to catch some defects the old fitted bounds caught
+	 * (a K scale of the wrong KV head, 2x off, gives 0.086 of max |logit|
+	 * with checkpoint scales). Those cases keep their old bound, named for
+	 * what it is: what the path has met since it landed, not arithmetic. */
+	double regress;
+};
+
+/* sigma / rms(logits) of the comment above, for a model of L layers. */
+static double rel_sigma(const struct model_config *c, struct arith a)
+{
+	const int L = c->n_layers, n_a8 = a.gpu_a8 || a.cpu_a8 ? 4 * L + 1 : 0;
+	const double u16 = unit_roundoff(a.act), ukv = unit_roundoff(a.kv);
+	const double ug = unit_roundoff(a.gpu_a8), uc = unit_roundoff(a.cpu_a8);
+	double v = (6 * L + 1 + n_a8) * u16 * u16 + 2 * L * ukv * ukv +
+		   n_a8 * (ug * ug + uc * uc);
+	return sqrt(v / 3);
+}
+
+static double row_rms(const float *x, int n)
+{
+	double s = 0;
+	for (int i = 0; i < n; i++)
+		s += (double)x[i] * x[i];
+	return sqrt(s / n);
+}
+
+/* The largest and second-largest of x. */
+static double top2_gap(const float *x, int n)
+{
+	double a = -INFINITY, b = -INFINITY;
+	for (int i = 0; i < n; i++) {
+		if (x[i] > a) {
+			b = a;
+			a = x[i];
+		} else if (x[i] > b) {
+			b = x[i];
+		}
+	}
+	return a - b;
+}
+
 /* kv_scale: tmodel_opts's (the FP8 KV cache's checkpoint scales); keep: if
  * not NULL, gets the CUDA engine's logits rows (64 * vocab). */
 static void compare_model_s(const char *name, const struct model_config *c, enum dtype wdt,
-			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol,
+			    enum rope_style lay, enum dtype kv, enum dtype quant, struct arith ar,
 			    float kv_scale, bool per_head, float *keep)
 {
 	struct tmodel_opts to = { .wdtype = wdt, .seed = 7, .layout = lay, .kv_scale = kv_scale,
@@ -254,20 +346,44 @@ static void compare_model_s(const char *name, const struct model_config *c, enum
 		}
 		run_plan(cpu, a, logits, ref, V, name);
 		run_plan(gpu, b, logits, got, V, name);
-		double worst = 0;
-		int rows = 0, top1 = 0;
+		const double sig = rel_sigma(c, ar);
+		double worst = 0, worst_max = 0, se = 0, sr = 0;
+		int rows = 0, top1 = 0, ties = 0;
 		for (int r = 0; r < max_rows; r++) {
-			double scale, err = row_err(got + (size_t)r * V, ref + (size_t)r * V, V, &scale);
+			const float *g = got + (size_t)r * V, *f = ref + (size_t)r * V;
+			double scale, err = row_err(g, f, V, &scale);
 			if (scale == 0)
 				continue; /* past the rows the plan produced */
+			const double rms = row_rms(f, V), bound = Z_MAX * sig * rms;
+			for (int i = 0; i < V; i++)
+				se += ((double)g[i] - f[i]) * ((double)g[i] - f[i]);
+			sr += rms * rms * V;
 			rows++;
-			top1 += argmax(got + (size_t)r * V, V) == argmax(ref + (size_t)r * V, V);
-			worst = fmax(worst, err / scale);
-			CHECK(err <= tol * scale, "%s: logits row %d: max |diff| %.4g > %.2g * %.4g",
-			      name, r, err, tol, scale);
+			worst = fmax(worst, err / rms);
+			CHECK(err <= bound, "%s: logits row %d: max |diff| %.4g > bound %.4g "
+			      "(%.0f sigma, rms %.4g)", name, r, err, bound, Z_MAX, rms);
+			CHECK(!ar.regress || err <= ar.regress * scale,
+			      "%s: logits row %d: max |diff| %.4g > regression bound %.2g * max "
+			      "|logit| %.4g", name, r, err, ar.regress, scale);
+			worst_max = fmax(worst_max, err / scale);
+			const bool same = argmax(g, V) == argmax(f, V);
+			top1 += same;
+			if (top2_gap(f, V) < 2 * bound)
+				ties++;
+			else
+				CHECK(same, "%s: logits row %d: top-1 %d, CPU %d, top-2 gap %.4g > 2 * "
+				      "bound %.4g", name, r, argmax(g, V), argmax(f, V),
+				      top2_gap(f, V), bound);
 		}
-		printf("%s: %d logits rows, max |diff| / max |logit| = %.3g, top-1 %d/%d\n", name,
-		       rows, worst, top1, rows);
+		const double rel_rms = rows ? sqrt(se / sr) : 0;
+		printf("%s: %d rows: max |diff| / rms(logits) %.3g (bound %.3g = %.0f sigma), "
+		       "rms error %.3g (sigma %.3g); top-1 %d/%d, %d near-ties\n", name, rows, worst,
+		       Z_MAX * sig, Z_MAX, rel_rms, sig, top1, rows, ties);
+		if (ar.regress)
+			printf("%s: max |diff| / max |logit| %.3g (regression bound %.2g)\n", name,
+			       worst_max, ar.regress);
+		CHECK(rel_rms <= sig, "%s: rms error %.3g of rms(logits) over sigma %.3g", name,
+		      rel_rms, sig);
 		CHECK(rows >= 10, "%s: only %d logits rows compared", name, rows);
 		if (keep)
 			memcpy(keep, got, (size_t)max_rows * V * sizeof(float));
@@ -281,15 +397,16 @@ static void compare_model_s(const char *name, const struct model_config *c, enum
 }
 
 static void compare_model_q(const char *name, const struct model_config *c, enum dtype wdt,
-			    enum rope_style lay, enum dtype kv, enum dtype quant, double tol)
+			    enum rope_style lay, enum dtype kv, enum dtype quant, struct arith ar)
 {
-	compare_model_s(name, c, wdt, lay, kv, quant, tol, 0.0f, false, NULL);
+	compare_model_s(name, c, wdt, lay, kv, quant, ar, 0.0f, false, NULL);
 }
 
+/* 16-bit weights: the GPU computes in their dtype. */
 static void compare_model(const char *name, const struct model_config *c, enum dtype wdt,
 			  enum rope_style lay, enum dtype kv)
 {
-	compare_model_q(name, c, wdt, lay, kv, DT_F32, TOL);
+	compare_model_q(name, c, wdt, lay, kv, DT_F32, (struct arith){ .act = wdt, .kv = kv });
 }
 
 /* ---- 2. greedy batch invariance ------------------------------------------------ */
@@ -786,19 +903,28 @@ int main(void)
 	/* issue 10: FP8 KV (3 mantissa bits on every K and V: a looser bound),
 	 * 8-bit weights from the file and converted at load. The CPU engine
 	 * quantizes activations for Q8_0/INT8 (W8A8) where the GPU's small-batch
-	 * GEMV keeps them 16-bit: a few percent apart at most. */
+	 * GEMV keeps them 16-bit; its prefill runs INT8/FP8 as W8A8 (the derivation above
+	 * unit_roundoff counts both). */
+	/* regression bounds (struct arith): scale-1 FP8 KV 0.15, checkpoint
+	 * scales 0.05 (three times the emulator's 0.017; the wrong head's K
+	 * scale gives 0.086), 8-bit weights 0.06 */
+	const struct arith fp8kv = { .act = DT_F16, .kv = DT_F8_E4M3, .regress = 0.15 };
+	const struct arith fp8kv_ck = { .act = DT_F16, .kv = DT_F8_E4M3, .regress = 0.05 };
+	const struct arith a_q8 = { .act = DT_F16, .kv = DT_F16, .cpu_a8 = DT_I8, .regress = 0.06 };
+	const struct arith a_i8 = { .act = DT_F16, .kv = DT_F16, .gpu_a8 = DT_I8, .cpu_a8 = DT_I8,
+				    .regress = 0.06 };
+	const struct arith a_f8 = { .act = DT_F16, .kv = DT_F16, .gpu_a8 = DT_F8_E4M3,
+				    .regress = 0.06 };
 	{ /* checkpoint scales (not powers of 2): K/V stored as value / scale */
 		const size_t nl = (size_t)64 * c.vocab;
 		float *plain = calloc(nl, sizeof(float)), *scaled = calloc(nl, sizeof(float));
 		float *heads = calloc(nl, sizeof(float));
 		compare_model_s("fp8 kv cache", &c, DT_F16, ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32,
-				0.15, 0.0f, false, plain);
-		/* 0.05: three times what the emulator measures (0.017); a K scale
-		 * of the wrong head (2x off) gives 0.086 */
+				fp8kv, 0.0f, false, plain);
 		compare_model_s("fp8 kv cache, checkpoint k/v scales", &c, DT_F16, ROPE_STYLE_NEOX,
-				DT_F8_E4M3, DT_F32, 0.05, 0.0213f, false, scaled);
+				DT_F8_E4M3, DT_F32, fp8kv_ck, 0.0213f, false, scaled);
 		compare_model_s("fp8 kv cache, checkpoint k/v scales per kv head", &c, DT_F16,
-				ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32, 0.05, 0.0213f, true, heads);
+				ROPE_STYLE_NEOX, DT_F8_E4M3, DT_F32, fp8kv_ck, 0.0213f, true, heads);
 		CHECK(plain && scaled && memcmp(plain, scaled, nl * sizeof(float)) != 0,
 		      "fp8 kv cache: the checkpoint's k/v scales changed no logit");
 		CHECK(scaled && heads && memcmp(scaled, heads, nl * sizeof(float)) != 0,
@@ -807,12 +933,12 @@ int main(void)
 		free(scaled);
 		free(heads);
 	}
-	compare_model_q("q8_0 weights", &c, DT_Q8_0, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);
-	compare_model_q("int8 weights", &c, DT_I8, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);
-	compare_model_q("fp8 weights", &c, DT_F8_E4M3, ROPE_STYLE_NEOX, DT_F16, DT_F32, 6e-2);
-	compare_model_q("--quantization int8", &c, DT_F16, ROPE_STYLE_NEOX, DT_F16, DT_I8, 6e-2);
+	compare_model_q("q8_0 weights", &c, DT_Q8_0, ROPE_STYLE_NEOX, DT_F16, DT_F32, a_q8);
+	compare_model_q("int8 weights", &c, DT_I8, ROPE_STYLE_NEOX, DT_F16, DT_F32, a_i8);
+	compare_model_q("fp8 weights", &c, DT_F8_E4M3, ROPE_STYLE_NEOX, DT_F16, DT_F32, a_f8);
+	compare_model_q("--quantization int8", &c, DT_F16, ROPE_STYLE_NEOX, DT_F16, DT_I8, a_i8);
 	compare_model_q("--quantization fp8", &c, DT_F16, ROPE_STYLE_NEOX, DT_F16, DT_F8_E4M3,
-			6e-2);
+			a_f8);
 
 	/* the prefill (115 rows) of 8-bit weights runs W8A8: with fusion on, the
 	 * norms and SwiGLU before it write codes, not 16-bit rows */

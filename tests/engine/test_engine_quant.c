@@ -11,7 +11,8 @@
  * activations, separating weight rounding from what the integer-dot matmul
  * path adds by quantizing activations.
  * Prints the figures against the goals (>= 99% top-1 for the 8-bit integer
- * paths, >= 97% for FP8) and asserts regression floors (see the table).
+ * paths, >= 97% for FP8; met / NOT met, not asserted) and asserts regression
+ * floors (see the table: fitted to past measurements, not derived).
  *
  * With AORTA_TEST_DEVICE=cuda (meson test test_engine_quant_cuda, suite gpu;
  * exit 77 without a GPU) the same models run on the CUDA engine against the
@@ -204,11 +205,20 @@ START_TEST(test_quantized_vs_f32)
 	       "entropy %.2f nats, top-1 probability %.2f (means)\n",
 	       sqrt(sd / ((double)rows * c.vocab)), rows, c.vocab, ent, ptop);
 
-	/* goal: the project's target; floor: what this test enforces. On a random
-	 * model the top-1 margin is the gap between the two largest of ~2048
-	 * near-Gaussian logits (about a quarter of their spread), far smaller than
-	 * a trained model's, so the goals are reported here and the floors sit just
-	 * under the measured figures as a regression guard. */
+	/* goal: the project's target (top-1 agreement a quantized checkpoint
+	 * should keep on a trained model), printed with the measured figure and
+	 * met / NOT met; not asserted: on a random model the top-1 margin is the
+	 * gap between the two largest of ~2048 near-Gaussian logits (about a
+	 * quarter of their spread), far smaller than a trained model's, so a
+	 * goal missed here says less about the path than about the model.
+	 * floor_top1 / max_kl: what this test asserts — a regression bound, not a
+	 * quality claim. Their values are NOT derived: they were set a little
+	 * under (KL: a little over) the figures measured when each path landed,
+	 * to catch a change that makes a path worse by more than that slack. A
+	 * derivation would predict the flips from the reference's own top-2 gaps
+	 * and the rounding's spread (as test_cuda_engine's logits bound does) and
+	 * the KL as half the variance of the logit error; that is not done here,
+	 * so a floor being met says "no worse than when measured", nothing more. */
 	/* On the GPU activations and KV are 16-bit (the F16 row shows what that
 	 * alone costs) and batches of more than 16 rows (these prefills) run
 	 * INT8/FP8 weights as W8A8: activations quantized per token, which for
@@ -268,9 +278,11 @@ START_TEST(test_quantized_vs_f32)
 		}
 		ck_assert_msg(rc == 0, "%s: %s", name, d.msg);
 		struct agree a = compare(ref, got, rows, c.vocab);
-		printf("quant%s: %-28s top-1 agreement %6.2f%% (goal %.0f%%: %s)  mean KL %.2e\n",
-		       gpu ? " (cuda)" : "", name, 100 * a.top1, 100 * cases[i].goal_top1,
-		       a.top1 >= cases[i].goal_top1 ? "met" : "NOT met", a.kl);
+		printf("quant%s: %-28s top-1 agreement %6.2f%% (goal %.0f%%: %s; regression floor "
+		       "%.1f%%)  mean KL %.2e (floor %.1e)\n", gpu ? " (cuda)" : "", name,
+		       100 * a.top1, 100 * cases[i].goal_top1,
+		       a.top1 >= cases[i].goal_top1 ? "met" : "NOT met", 100 * floor_top1, a.kl,
+		       max_kl);
 		if (a.top1 < floor_top1 || a.kl > max_kl) {
 			fprintf(stderr, "quant: %s under its floor (top-1 >= %.1f%%, KL <= %.1e)\n",
 				name, 100 * floor_top1, max_kl);

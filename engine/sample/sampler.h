@@ -81,7 +81,9 @@ struct sampling_params {
 	const struct sampler_logit_bias *logit_bias; /* [n_logit_bias], borrowed */
 	int n_logit_bias;
 	int min_tokens;		  /* 0; EOS/stop ids masked until this many were generated */
-	int max_tokens;		  /* -1 = only the context limit; else >= 1 */
+	int max_tokens;		  /* >= 1; -1 (the init default) = unset: the API resolves
+				     it against the context (api_resolve_max_tokens)
+				     before bat_submit, which refuses -1 */
 	bool ignore_eos;	  /* false; keep generating past EOS (benchmarks) */
 	const int32_t *stop_token_ids; /* [n_stop_token_ids], borrowed; end with "stop" */
 	int n_stop_token_ids;

@@ -8,6 +8,7 @@
  * path uses dot tiles for every m; activations are quantized here with
  * quant.c's bits (test_quant_act_bits). Tested in tests/kernels/test_matmul.c. */
 #include "matmul_impl.h"
+#include "quant.h"
 
 #if defined(__x86_64__)
 
@@ -369,16 +370,6 @@ INLINE256 float hmax8(__m256 v)
 	return _mm_cvtss_f32(m);
 }
 
-/* the scalar steps of quant.c for a tail of fewer than 32 values */
-static inline int8_t q127_1(float x, float inv)
-{
-	float v = x * inv;
-	v = v > -127.0f ? v : -127.0f;
-	v = v < 127.0f ? v : 127.0f;
-	v = (v + 12582912.0f) - 12582912.0f;
-	return (int8_t)v;
-}
-
 /* max |x| over n; NaN lanes are skipped like quant.c's compare */
 INLINE256 float absmax_avx2(const float *x, int64_t n)
 {
@@ -414,7 +405,7 @@ INLINE256 void quant_span_avx2(const float *x, int64_t n, int8_t *q, float amax)
 				    _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), order));
 	}
 	for (; k < n; k++)
-		q[k] = q127_1(x[k], inv1);
+		q[k] = kcpu_q127(x[k], inv1);
 }
 
 T256 static void quant_act_avx2(const float *x, int64_t n, int8_t *q, float *d, int per_block)

@@ -21,20 +21,6 @@ static float absmax(const float *x, int64_t n)
 	return a;
 }
 
-/* round(x * inv) to nearest even, clamped to [-127, 127] (NaN gives -127).
- * Adding and subtracting 1.5 * 2^23 rounds a float of magnitude below 2^22
- * to an integer in the current (nearest-even) mode: the same result as
- * nearbyintf without a libm call, so the loops vectorize; activation
- * quantization runs on every integer matmul call. */
-static inline int8_t q127(float x, float inv)
-{
-	float v = x * inv;
-	v = v > -127.0f ? v : -127.0f;
-	v = v < 127.0f ? v : 127.0f;
-	v = (v + 12582912.0f) - 12582912.0f;
-	return (int8_t)v;
-}
-
 void kcpu_quantize_act_q8_0(const float *x, int64_t n, int8_t *q, float *d)
 {
 	for (int64_t b = 0; b < n / Q8_0_BLOCK; b++) {
@@ -43,7 +29,7 @@ void kcpu_quantize_act_q8_0(const float *x, int64_t n, int8_t *q, float *d)
 		float inv = s > 0.0f ? 1.0f / s : 0.0f;
 		d[b] = s;
 		for (int k = 0; k < Q8_0_BLOCK; k++)
-			q[b * Q8_0_BLOCK + k] = q127(xb[k], inv);
+			q[b * Q8_0_BLOCK + k] = kcpu_q127(xb[k], inv);
 	}
 }
 
@@ -53,7 +39,7 @@ void kcpu_quantize_act_i8(const float *x, int64_t n, int8_t *q, float *d)
 	float inv = s > 0.0f ? 1.0f / s : 0.0f;
 	d[0] = s;
 	for (int64_t k = 0; k < n; k++)
-		q[k] = q127(x[k], inv);
+		q[k] = kcpu_q127(x[k], inv);
 }
 
 static int check_src(const struct kmat *src)
@@ -96,7 +82,7 @@ int kcpu_quantize_i8(const struct kmat *src, int8_t *q, float *scale)
 		float inv = s > 0.0f ? 1.0f / s : 0.0f;
 		scale[r] = s;
 		for (int64_t k = 0; k < n; k++)
-			q[r * n + k] = q127(row[k], inv);
+			q[r * n + k] = kcpu_q127(row[k], inv);
 	}
 	free(row);
 	return 0;
@@ -150,7 +136,7 @@ int kcpu_quantize_q8_0(const struct kmat *src, struct q8_0_block *out)
 			float s = f16_to_f32(o->d);
 			float inv = s > 0.0f ? 1.0f / s : 0.0f;
 			for (int k = 0; k < Q8_0_BLOCK; k++)
-				o->qs[k] = q127(xb[k], inv);
+				o->qs[k] = kcpu_q127(xb[k], inv);
 		}
 	}
 	free(row);

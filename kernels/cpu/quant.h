@@ -32,4 +32,20 @@ int kcpu_quantize_q8_0(const struct kmat *src, struct q8_0_block *out);
 void kcpu_quantize_act_q8_0(const float *x, int64_t n, int8_t *q, float *d);
 void kcpu_quantize_act_i8(const float *x, int64_t n, int8_t *q, float *d);
 
+/* round(x * inv) to nearest even, clamped to [-127, 127] (NaN gives -127).
+ * Adding and subtracting 1.5 * 2^23 rounds a float of magnitude below 2^22
+ * to an integer in the current (nearest-even) mode: the same result as
+ * nearbyintf without a libm call, so the loops vectorize; activation
+ * quantization runs on every integer matmul call. The SIMD quantizers
+ * (matmul_avx2.c, matmul_avx512.c) take the same steps on vectors and call
+ * this for their tails. */
+static inline int8_t kcpu_q127(float x, float inv)
+{
+	float v = x * inv;
+	v = v > -127.0f ? v : -127.0f;
+	v = v < 127.0f ? v : 127.0f;
+	v = (v + 12582912.0f) - 12582912.0f;
+	return (int8_t)v;
+}
+
 #endif

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
+
 struct tm_priv {
 	void **ptrs;
 	int n, cap;
@@ -293,4 +295,25 @@ void tmodel_config_small(struct model_config *c)
 	c->n_eos_ids = 1;
 	c->eos_ids[0] = 2;
 	snprintf(c->name, sizeof c->name, "tmodel");
+}
+
+int tmodel_forward_span(struct engine *e, const int32_t *tok, int a, int n, const int32_t *table,
+			int n_table, int block_size, float *logits)
+{
+	int32_t *pos = malloc(3 * (size_t)n * sizeof(int32_t));
+	if (!pos)
+		return ERR_NOMEM;
+	int32_t *slots = pos + n, *rows = slots + n, start[2] = { 0, n }, ctx = a + n;
+	for (int i = 0; i < n; i++) {
+		pos[i] = a + i;
+		slots[i] = table[(a + i) / block_size] * block_size + (a + i) % block_size;
+		rows[i] = i;
+	}
+	struct engine_batch b = { .n_tokens = n, .tokens = tok + a, .positions = pos,
+				  .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
+				  .context_len = &ctx, .block_tables = table,
+				  .max_blocks_per_seq = n_table, .n_logits = n, .logits_rows = rows };
+	int rc = engine_forward(e, &b, logits);
+	free(pos);
+	return rc;
 }

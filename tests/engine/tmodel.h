@@ -18,6 +18,8 @@
 
 #include "engine/model/model.h"
 
+struct engine;
+
 struct tmodel_opts {
 	enum dtype wdtype;	 /* F32, F16, BF16, Q8_0, I8 or F8_E4M3 for the matrices */
 	uint64_t seed;
@@ -32,6 +34,13 @@ struct tmodel_opts {
 
 int tmodel_create(const struct model_config *cfg, const struct tmodel_opts *o, struct model **out);
 void tmodel_destroy(struct model *m);
+
+/* One sequence's tokens tok[a, a+n) at positions a.., through block table
+ * table (n_table blocks of block_size), every row's logits into logits
+ * (n * vocab): a prefill chunk, or a decode step when n = 1. The engine's
+ * return code. */
+int tmodel_forward_span(struct engine *e, const int32_t *tok, int a, int n, const int32_t *table,
+			int n_table, int block_size, float *logits);
 
 /* A small llama-like config (hidden 64, 2 layers, GQA 4/2, vocab 256). */
 void tmodel_config_small(struct model_config *cfg);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "engine/engine.h"
+#include "tests/engine/tmodel.h"
 
 #define BLOCK 16
 #define MAX_TOK 512
@@ -25,24 +26,6 @@ static void print_row(const float *row, int vocab)
 	for (int i = 0; i < vocab; i++)
 		printf(i ? ",%.9g" : "%.9g", (double)row[i]);
 	putchar(']');
-}
-
-/* Run tokens [a, a+n) of tok (positions a..a+n-1) and write the n logits rows. */
-static int step(struct engine *e, const int32_t *tok, int a, int n, const int32_t *table,
-		int n_table, float *logits)
-{
-	static int32_t pos[MAX_TOK], slots[MAX_TOK], rows[MAX_TOK];
-	int32_t start[2] = { 0, n }, ctx = a + n;
-	for (int i = 0; i < n; i++) {
-		pos[i] = a + i;
-		slots[i] = table[(a + i) / BLOCK] * BLOCK + (a + i) % BLOCK;
-		rows[i] = i;
-	}
-	struct engine_batch b = { .n_tokens = n, .tokens = tok + a, .positions = pos,
-				  .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
-				  .context_len = &ctx, .block_tables = table,
-				  .max_blocks_per_seq = n_table, .n_logits = n, .logits_rows = rows };
-	return engine_forward(e, &b, logits);
 }
 
 int main(int argc, char **argv)
@@ -81,11 +64,12 @@ int main(int argc, char **argv)
 		model_destroy(m);
 		return 1;
 	}
-	rc = step(e, tok, 0, n_prompt, table, n_table, logits);
+	rc = tmodel_forward_span(e, tok, 0, n_prompt, table, n_table, BLOCK, logits);
 	for (int t = n_prompt; t < n_all && !rc; t++) {
 		const float *last = logits + (size_t)(t - 1) * vocab;
 		if (!(rc = engine_sample_greedy(e, last, 1, &tok[t])))
-			rc = step(e, tok, t, 1, table, n_table, logits + (size_t)t * vocab);
+			rc = tmodel_forward_span(e, tok, t, 1, table, n_table, BLOCK,
+						 logits + (size_t)t * vocab);
 	}
 	if (rc) {
 		fprintf(stderr, "engine: %s\n", err_str(rc));

@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "kernels/cpu/matmul.h"
+#include "tests/engine/tmodel.h"
 
 #define BLOCK 16
 #define MAX_TOK 256
@@ -85,18 +86,8 @@ static int engine_logits(const struct model *m, const int32_t *tok, int n_tok, f
 	for (int i = 0; i < n_table; i++)
 		table[i] = n_table - 1 - i;
 	for (int a = 0, n = n_tok / 2; a < n_tok && !rc; a += n, n = 1) {
-		int32_t pos[MAX_TOK], slots[MAX_TOK], rows[MAX_TOK], start[2] = { 0, n }, ctx = a + n;
-		for (int i = 0; i < n; i++) {
-			pos[i] = a + i;
-			slots[i] = table[(a + i) / BLOCK] * BLOCK + (a + i) % BLOCK;
-			rows[i] = i;
-		}
-		struct engine_batch b = { .n_tokens = n, .tokens = tok + a, .positions = pos,
-					  .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
-					  .context_len = &ctx, .block_tables = table,
-					  .max_blocks_per_seq = n_table, .n_logits = n,
-					  .logits_rows = rows };
-		if ((rc = engine_forward(e, &b, logits + (size_t)a * m->cfg.vocab)))
+		if ((rc = tmodel_forward_span(e, tok, a, n, table, n_table, BLOCK,
+					      logits + (size_t)a * m->cfg.vocab)))
 			fprintf(stderr, "engine_forward: %s\n", err_str(rc));
 	}
 	engine_destroy(e);

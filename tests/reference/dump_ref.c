@@ -152,17 +152,8 @@ static int engine_logits(const struct model *m, const int32_t *tok, float *logit
 	const int cuts[] = { 0, 19, 37, 38, 39, N_TOK };
 	for (int c = 0; c + 1 < (int)(sizeof cuts / sizeof cuts[0]); c++) {
 		int a = cuts[c], n = cuts[c + 1] - a;
-		int32_t pos[N_TOK], slots[N_TOK], rows[N_TOK], start[2] = { 0, n }, ctx = a + n;
-		for (int i = 0; i < n; i++) {
-			pos[i] = a + i;
-			slots[i] = table[(a + i) / BLOCK] * BLOCK + (a + i) % BLOCK;
-			rows[i] = i;
-		}
-		struct engine_batch b = { .n_tokens = n, .tokens = tok + a, .positions = pos,
-					  .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
-					  .context_len = &ctx, .block_tables = table,
-					  .max_blocks_per_seq = 4, .n_logits = n, .logits_rows = rows };
-		if ((rc = engine_forward(e, &b, logits + (size_t)a * m->cfg.vocab))) {
+		if ((rc = tmodel_forward_span(e, tok, a, n, table, 4, BLOCK,
+					      logits + (size_t)a * m->cfg.vocab))) {
 			fprintf(stderr, "engine_forward: %s\n", err_str(rc));
 			break;
 		}
